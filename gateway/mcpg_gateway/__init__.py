@@ -1,0 +1,1 @@
+"""mcpg gateway: serves MCP resource subscriptions and runs the watches behind them."""

@@ -1,0 +1,229 @@
+"""The gateway configuration model: the contract between the operator and the gateway.
+
+The operator renders exactly this model into a Secret; a standalone gateway loads it from YAML. The shape is
+the one the watching guide uses (`mcp.capabilities.resources[].watch.strategy`), snake_case on the wire.
+Secrets (header values, webhook tokens, database URLs) are `SecretStr` so no repr or log can print them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+
+POLL_FLOOR_MS = 10_000
+"""No poll-shaped watch runs more often than this: a misconfigured watcher cannot hammer a backend."""
+POLL_DEFAULT_MS = 60_000
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class HttpBackend(_Model):
+    """Reads a resource with one HTTP request. `{var}` in `url` takes a resource template's variable."""
+
+    kind: Literal["http"]
+    url: str = Field(min_length=1)
+    method: Literal["get", "post", "put", "patch", "delete", "head"] = "get"
+    headers: dict[str, SecretStr] = Field(default_factory=dict)
+    body: str | None = None
+    expected_status_codes: list[Annotated[int, Field(ge=100, le=599)]] = Field(
+        default_factory=lambda: [200], min_length=1
+    )
+    require_json_response: bool = False
+    timeout_ms: int = Field(default=10_000, gt=0, le=300_000)
+
+
+Backend = Annotated[HttpBackend, Field(discriminator="kind")]
+
+
+class PollStrategy(_Model):
+    """Re-read through the binding on a cadence; fire when the SHA-256 of the response moves."""
+
+    type: Literal["poll"] = "poll"
+    interval_ms: int = Field(default=POLL_DEFAULT_MS, gt=0)
+
+    @property
+    def effective_interval_ms(self) -> int:
+        return max(self.interval_ms, POLL_FLOOR_MS)
+
+
+class WebhookStrategy(_Model):
+    """Fire when `POST /webhooks/resource-updated/{token}` arrives with this (or a previous) token."""
+
+    type: Literal["webhook"]
+    token: SecretStr = SecretStr("")
+    previous_tokens: list[SecretStr] = Field(default_factory=list)
+
+
+class NatsTopicStrategy(_Model):
+    """Fire on any message on `subject` (wildcards allowed); the payload is never inspected."""
+
+    type: Literal["nats_topic"]
+    subject: str = Field(min_length=1)
+    url: SecretStr | None = None
+
+
+class PostgresListenNotifyStrategy(_Model):
+    """Fire on any NOTIFY on `channel`, over one dedicated connection per watch."""
+
+    type: Literal["postgres_listen_notify"]
+    url: SecretStr
+    channel: str = Field(min_length=1, max_length=63)
+
+
+class SqlPollingStrategy(_Model):
+    """Run a scalar tracking query on a cadence; fire when the value advances."""
+
+    type: Literal["sql_polling"]
+    url: SecretStr
+    query: str = Field(min_length=1)
+    interval_ms: int = Field(default=POLL_DEFAULT_MS, gt=0)
+
+    @property
+    def effective_interval_ms(self) -> int:
+        return max(self.interval_ms, POLL_FLOOR_MS)
+
+
+class PluginStrategy(BaseModel):
+    """Hand the whole spec to the installed plugin whose `kind()` is `kind`; other fields are the plugin's."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    type: Literal["plugin"]
+    kind: str = Field(min_length=1)
+
+
+Strategy = Annotated[
+    PollStrategy
+    | WebhookStrategy
+    | NatsTopicStrategy
+    | PostgresListenNotifyStrategy
+    | SqlPollingStrategy
+    | PluginStrategy,
+    Field(discriminator="type"),
+]
+STRATEGY_TYPES = ("poll", "webhook", "nats_topic", "postgres_listen_notify", "sql_polling", "plugin")
+
+
+class NotificationFilter(_Model):
+    """Who among a URI's subscribers is told when it fires. Not an access control: see the README."""
+
+    scope: Literal["all", "subject_id", "expression"] = "all"
+    expression: str | None = None
+
+    @model_validator(mode="after")
+    def _expression_matches_scope(self) -> NotificationFilter:
+        if self.scope == "expression" and not self.expression:
+            raise ValueError("scope 'expression' needs an 'expression'")
+        if self.scope != "expression" and self.expression is not None:
+            raise ValueError(f"'expression' is only read when scope is 'expression' (scope is {self.scope!r})")
+        return self
+
+
+class WatchConfig(_Model):
+    strategy: Strategy = Field(default_factory=PollStrategy)
+    notification_filter: NotificationFilter = Field(default_factory=NotificationFilter)
+
+
+class ResourceConfig(_Model):
+    name: str = Field(min_length=1)
+    description: str = ""
+    uri: str = Field(min_length=1)
+    mime_type: str | None = None
+    backend: Backend
+    watch: WatchConfig | None = None
+
+
+class ResourceTemplateConfig(_Model):
+    name: str = Field(min_length=1)
+    description: str = ""
+    uri_template: str = Field(min_length=1)
+    mime_type: str | None = None
+    backend: Backend
+    watch: WatchConfig | None = None
+
+    @model_validator(mode="after")
+    def _no_webhook_on_templates(self) -> ResourceTemplateConfig:
+        # One token maps to one concrete URI; a template names many, and there is no broadcast token.
+        if self.watch is not None and isinstance(self.watch.strategy, WebhookStrategy):
+            raise ValueError(
+                "a webhook token selects exactly one URI, so a resource template cannot use the webhook "
+                "strategy; declare each concrete URI as a resource with its own token"
+            )
+        return self
+
+
+class ToolConfig(BaseModel):
+    """Tools are accepted for shape compatibility and not served: this gateway only watches resources."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    name: str = Field(min_length=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_watch_on_tools(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "watch" in data:
+            raise ValueError(
+                "tools do not take a watch block: there is nothing to subscribe to; "
+                "put watch on a resource or a resource template"
+            )
+        return data
+
+
+class Capabilities(_Model):
+    resources: list[ResourceConfig] = Field(default_factory=list)
+    resource_templates: list[ResourceTemplateConfig] = Field(default_factory=list)
+    tools: list[ToolConfig] = Field(default_factory=list)
+
+
+def entries_by_kind(
+    caps: Capabilities,
+) -> tuple[tuple[str, Sequence[ResourceConfig | ResourceTemplateConfig]], ...]:
+    return (("resources", caps.resources), ("resource_templates", caps.resource_templates))
+
+
+class McpConfig(_Model):
+    capabilities: Capabilities = Field(default_factory=Capabilities)
+
+
+class ServerConfig(_Model):
+    allowed_origins: list[str] = Field(default_factory=list)
+    """Origins a browser may call /mcp and the webhook route from. A request with no Origin always passes."""
+    max_webhook_body_bytes: int = Field(default=65_536, ge=0)
+    session_idle_timeout_s: float = Field(default=1800, gt=0)
+
+
+class NatsConfig(_Model):
+    url: SecretStr | None = None
+    """Default server for nats_topic watches that name none."""
+
+
+class GatewaySection(_Model):
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    nats: NatsConfig = Field(default_factory=NatsConfig)
+
+
+class GatewayConfig(_Model):
+    mcp: McpConfig = Field(default_factory=McpConfig)
+    gateway: GatewaySection = Field(default_factory=GatewaySection)
+
+    @model_validator(mode="after")
+    def _unique_names_and_uris(self) -> GatewayConfig:
+        caps = self.mcp.capabilities
+        seen: dict[str, str] = {}
+        for kind, entries in entries_by_kind(caps):
+            for i, entry in enumerate(entries):
+                where = f"mcp.capabilities.{kind}[{i}]"
+                if entry.name in seen:
+                    raise ValueError(f"{where}.name: {entry.name!r} is already used by {seen[entry.name]}")
+                seen[entry.name] = where
+        uris: dict[str, int] = {}
+        for i, res in enumerate(caps.resources):
+            if res.uri in uris:
+                raise ValueError(
+                    f"mcp.capabilities.resources[{i}].uri: {res.uri!r} is already served by resources[{uris[res.uri]}]"
+                )
+            uris[res.uri] = i
+        return self

@@ -1,0 +1,117 @@
+"""Turn a YAML file (or a dict) into a validated `GatewayConfig`, or into one message per problem.
+
+Every message starts with the path of the offending field (`mcp.capabilities.resources[3].watch.strategy.
+interval_ms: ...`) so a user can go straight to it. `${env.NAME}` in backend and strategy fields is resolved
+here, before validation, and a missing variable names the resource and the variable.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from mcpg_gateway import config
+from mcpg_gateway.errors import ConfigError
+
+_ENV_REF = re.compile(r"\$\{env\.([A-Za-z_][A-Za-z0-9_]*)\}")
+# Fields that may carry `${env.NAME}`: the binding and the watch strategy (tokens, URLs, headers).
+_RESOLVED_KEYS = ("backend", "watch")
+# Discriminator tags pydantic inserts into error locations; users never write them.
+_UNION_TAGS = frozenset({*config.STRATEGY_TYPES, "http"})
+
+
+def load_file(path: Path, environ: Mapping[str, str] | None = None) -> config.GatewayConfig:
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ConfigError([f"{path}: cannot read: {e.strerror}"]) from e
+    except yaml.YAMLError as e:
+        raise ConfigError([f"{path}: not valid YAML: {e}"]) from e
+    return load_dict(raw if raw is not None else {}, environ)
+
+
+def load_dict(raw: Any, environ: Mapping[str, str] | None = None) -> config.GatewayConfig:
+    if not isinstance(raw, dict):
+        raise ConfigError([f"(top level): expected a mapping, got {type(raw).__name__}"])
+    env = os.environ if environ is None else environ
+    problems: list[str] = []
+    resolved = _resolve_env(raw, env, problems)
+    try:
+        model = config.GatewayConfig.model_validate(resolved)
+    except ValidationError as e:
+        problems.extend(_format_error(err) for err in e.errors(include_url=False, include_input=False))
+        raise ConfigError(problems) from None
+    if problems:
+        raise ConfigError(problems)
+    return model
+
+
+def _resolve_env(raw: dict[str, Any], env: Mapping[str, str], problems: list[str]) -> dict[str, Any]:
+    caps = (raw.get("mcp") or {}).get("capabilities") or {}
+    if not isinstance(caps, dict):
+        return raw
+    out_caps = dict(caps)
+    for kind in ("resources", "resource_templates"):
+        entries = caps.get(kind)
+        if not isinstance(entries, list):
+            continue
+        out_caps[kind] = [
+            _resolve_entry(f"mcp.capabilities.{kind}[{i}]", e, env, problems) for i, e in enumerate(entries)
+        ]
+    return {**raw, "mcp": {**raw["mcp"], "capabilities": out_caps}}
+
+
+def _resolve_entry(where: str, entry: Any, env: Mapping[str, str], problems: list[str]) -> Any:
+    if not isinstance(entry, dict):
+        return entry
+    name = entry.get("name", "?")
+    out = dict(entry)
+    for key in _RESOLVED_KEYS:
+        if key in entry:
+            out[key] = _substitute(entry[key], f"{where}.{key}", name, env, problems)
+    return out
+
+
+def _substitute(value: Any, path: str, name: str, env: Mapping[str, str], problems: list[str]) -> Any:
+    if isinstance(value, dict):
+        return {k: _substitute(v, f"{path}.{k}", name, env, problems) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_substitute(v, f"{path}[{i}]", name, env, problems) for i, v in enumerate(value)]
+    if not isinstance(value, str):
+        return value
+
+    def lookup(match: re.Match[str]) -> str:
+        var = match.group(1)
+        if var not in env:
+            problems.append(f"{path}: resource {name!r} needs environment variable {var}, which is not set")
+            return ""
+        return env[var]
+
+    return _ENV_REF.sub(lookup, value)
+
+
+def _format_error(err: Any) -> str:
+    parts: list[str] = []
+    loc = list(err["loc"])
+    for i, item in enumerate(loc):
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        elif (item in _UNION_TAGS and i > 0 and loc[i - 1] in ("strategy", "backend")) or item.startswith("function-"):
+            continue
+        else:
+            parts.append(("." if parts else "") + item)
+    path = "".join(parts) or "(top level)"
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    if err["type"] == "union_tag_invalid":
+        msg = f"unknown type; expected one of: {', '.join(config.STRATEGY_TYPES)}"
+        if loc and loc[-1] == "backend":
+            msg = "unknown backend kind; expected one of: http"
+    elif err["type"] == "extra_forbidden":
+        msg = "unknown field (check the spelling)"
+    return f"{path}: {msg}"

@@ -1,0 +1,45 @@
+"""Prometheus metrics. One registry per gateway instance, so tests can run several in one process.
+
+Labels are low-cardinality on purpose: a strategy type or a result word, never a URI, token or principal.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.active_watchers = Gauge(
+            "mcpg_watch_active_watchers", "Watchers running now (one per subscribed URI)", registry=r
+        )
+        self.fired = Counter("mcpg_watch_fired_total", "Watches that fired", ["strategy"], registry=r)
+        self.notifications_sent = Counter(
+            "mcpg_watch_notifications_sent_total",
+            "notifications/resources/updated written to a subscriber",
+            ["strategy"],
+            registry=r,
+        )
+        self.poll_failures = Counter(
+            "mcpg_watch_poll_failures_total", "Reads that failed and were skipped", ["strategy"], registry=r
+        )
+        self.strategy_restarts = Counter(
+            "mcpg_watch_strategy_restarts_total",
+            "Strategy runs that crashed and were restarted",
+            ["strategy"],
+            registry=r,
+        )
+        self.notifications_dropped = Counter(
+            "mcpg_watch_notifications_dropped_total",
+            "Notifications not delivered because the subscriber's stream did not accept them in time",
+            ["strategy"],
+            registry=r,
+        )
+        self.webhook_requests = Counter(
+            "mcpg_webhook_requests_total", "Webhook requests by result", ["result"], registry=r
+        )
+        self.subscribers = Gauge(
+            "mcpg_subscribers", "Open subscribers (legacy sessions and listen streams)", ["kind"], registry=r
+        )

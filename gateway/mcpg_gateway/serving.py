@@ -1,0 +1,95 @@
+"""Run a gateway: both HTTP servers and the MCP session manager on one event loop, and a graceful stop.
+
+Stop order matters: answer every subscriptions/listen stream (so clients see a deliberate end, not a drop),
+stop accepting connections, close MCP sessions (which ends their GET streams), then stop the watchers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import uvicorn
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+from mcpg_gateway import http_app, mcp_server
+from mcpg_gateway.service import Gateway
+
+logger = logging.getLogger(__name__)
+
+LISTEN_DRAIN_TIMEOUT_S = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class Addresses:
+    host: str
+    port: int
+    admin_port: int
+
+
+class _Server(uvicorn.Server):
+    # Signals are handled once for both servers by the caller, not by each uvicorn instance.
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
+
+
+def _uvicorn(app: object, graceful_s: float) -> _Server:
+    return _Server(
+        uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False, timeout_graceful_shutdown=graceful_s)  # type: ignore[arg-type]
+    )
+
+
+async def serve(
+    gw: Gateway,
+    host: str,
+    port: int,
+    admin_port: int,
+    stop: asyncio.Event,
+    on_ready: Callable[[Addresses], None] | None = None,
+) -> None:
+    """Serve until `stop` is set, then shut down gracefully."""
+    manager = StreamableHTTPSessionManager(
+        mcp_server.build_server(gw),
+        stateless=False,
+        session_idle_timeout=gw.config.gateway.server.session_idle_timeout_s,
+    )
+    public_sock, admin_sock = _bind(host, port), _bind(host, admin_port)
+    public = _uvicorn(http_app.public_app(gw, manager), graceful_s=3)
+    admin = _uvicorn(http_app.admin_app(gw), graceful_s=1)
+    try:
+        async with manager.run():
+            tasks = [
+                asyncio.create_task(public.serve(sockets=[public_sock])),
+                asyncio.create_task(admin.serve(sockets=[admin_sock])),
+            ]
+            addrs = Addresses(host, public_sock.getsockname()[1], admin_sock.getsockname()[1])
+            logger.info("gateway serving MCP on %s:%d, admin on %s:%d", host, addrs.port, host, addrs.admin_port)
+            if on_ready is not None:
+                on_ready(addrs)
+            stopper = asyncio.create_task(stop.wait())
+            await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
+            stopper.cancel()
+            gw.end_listen_streams()
+            if not await gw.wait_listen_streams_ended(LISTEN_DRAIN_TIMEOUT_S):
+                logger.warning("some listen streams did not end in time; closing them with their sessions")
+            public.should_exit = admin.should_exit = True
+        await asyncio.gather(*tasks)
+    finally:
+        await gw.aclose()
+        public_sock.close()
+        admin_sock.close()

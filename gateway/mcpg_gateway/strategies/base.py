@@ -1,0 +1,71 @@
+"""The one small interface every watch strategy implements, and what a strategy is handed.
+
+A strategy instance watches one concrete URI. `start` runs before the subscribe is answered (a poll takes its
+baseline there, so there is no blind window and a URI the backend refuses is refused up front); `run` then
+runs until cancelled and awaits `fire()` for every change it decides happened; `close` releases connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from mcpg_gateway import catalog
+
+Fire = Callable[[], Awaitable[None]]
+
+
+class WatchStrategy(Protocol):
+    async def start(self) -> None:
+        """Take the baseline or connect. Raise `StrategyError` to refuse the subscription."""
+
+    async def run(self, fire: Fire) -> None:
+        """Run until cancelled; await `fire()` once per observed change."""
+
+    async def close(self) -> None:
+        """Release whatever `start` or `run` acquired. Called exactly once, also after a failed start."""
+
+
+class Clock(Protocol):
+    async def sleep(self, seconds: float) -> None: ...
+
+
+class RealClock:
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+@dataclass(slots=True)
+class ReadStats:
+    """What the admin API shows about a watcher's reads; strategies record into it."""
+
+    last_success: float | None = None
+    last_failure: float | None = None
+    failures: int = 0
+    on_failure: Callable[[], None] = field(default=lambda: None)
+
+    def succeeded(self) -> None:
+        self.last_success = time.time()
+
+    def failed(self) -> None:
+        self.last_failure = time.time()
+        self.failures += 1
+        self.on_failure()
+
+
+@dataclass(frozen=True, slots=True)
+class WatchContext:
+    """Everything a strategy may use. `read` goes through the resource's own binding."""
+
+    binding: catalog.Binding
+    read: Callable[[], Awaitable[bytes]]
+    stats: ReadStats
+    clock: Clock
+    shared: dict[str, Any] = field(default_factory=dict)
+    """Process-wide clients strategies share (one NATS connection per gateway, for example)."""
+
+
+StrategyFactory = Callable[[Any, WatchContext], WatchStrategy]

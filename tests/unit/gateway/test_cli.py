@@ -1,0 +1,178 @@
+"""The `mcpg-gateway` process as a user runs it: exit 2 on bad config, serve the guide's example, stop on SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx2
+import pytest
+from mcp.client import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from ...conftest import BOUND_S, GatewayFactory, Upstream, gateway_config, resource, subscribed
+
+ROOT = Path(__file__).parents[3]
+GATEWAY = [sys.executable, "-m", "mcpg_gateway"]
+SERVING = re.compile(rb"serving MCP on [^:]+:(\d+), admin on [^:]+:(\d+)")
+
+
+async def run_to_end(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+    proc = await asyncio.create_subprocess_exec(
+        *GATEWAY,
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env={**os.environ, **(env or {})},
+    )
+    async with asyncio.timeout(BOUND_S):
+        out, _ = await proc.communicate()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode()
+
+
+def test_invalid_configuration_exits_2_with_one_line_per_problem_naming_the_field(tmp_path: Path) -> None:
+    bad = tmp_path / "gw.yaml"
+    bad.write_text(
+        "mcp:\n  capabilities:\n    resources:\n"
+        "      - {name: a, uri: 'x://a', backend: {kind: http, url: 'http://u'},\n"
+        "         watch: {strategy: {type: poll, interval_ms: 0}}}\n"
+        "    tools:\n      - {name: t, watch: {}}\n"
+    )
+    code, out = asyncio.run(run_to_end("--config", str(bad)))
+    assert code == 2
+    lines = out.strip().splitlines()
+    assert lines[0] == f"mcpg-gateway: invalid configuration in {bad}:"
+    assert lines[1] == "  mcp.capabilities.resources[0].watch.strategy.interval_ms: Input should be greater than 0"
+    assert lines[2].startswith("  mcp.capabilities.tools[0]: tools do not take a watch block")
+    assert len(lines) == 3
+
+
+def test_a_missing_environment_variable_stops_the_gateway_before_it_serves() -> None:
+    code, out = asyncio.run(run_to_end("--config", str(ROOT / "examples/gateway/webhook.yaml")))
+    assert code == 2
+    assert "needs environment variable REPORTS_WEBHOOK_TOKEN, which is not set" in out
+
+
+def test_check_mode_validates_the_example_and_exits_0() -> None:
+    code, out = asyncio.run(
+        run_to_end(
+            "--check", "--config", str(ROOT / "examples/gateway/webhook.yaml"), env={"REPORTS_WEBHOOK_TOKEN": "t"}
+        )
+    )
+    assert (code, out.strip().splitlines()[-1]) == (
+        0,
+        f"{ROOT / 'examples/gateway/webhook.yaml'}: configuration is valid",
+    )
+
+
+@dataclass
+class Proc:
+    proc: asyncio.subprocess.Process
+    port: int
+    admin_port: int
+    log: bytearray
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+@pytest.fixture
+async def guide_webhook_gateway() -> AsyncIterator[Proc]:
+    """The guide's webhook example, served by the real entrypoint on free loopback ports."""
+    env = {**os.environ, "REPORTS_WEBHOOK_TOKEN": "t0k3n-from-env", "MCPG_ADMIN_TOKEN": "adm"}
+    proc = await asyncio.create_subprocess_exec(
+        *GATEWAY,
+        "--config",
+        str(ROOT / "examples/gateway/webhook.yaml"),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--admin-port",
+        "0",
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    assert proc.stderr is not None
+    log = bytearray()
+    async with asyncio.timeout(BOUND_S):
+        while (m := SERVING.search(log)) is None:
+            line = await proc.stderr.readline()
+            assert line, f"gateway exited before serving: {log.decode()}"
+            log += line
+    reader = asyncio.create_task(_collect(proc, log))
+    yield Proc(proc, int(m.group(1)), int(m.group(2)), log)
+    if proc.returncode is None:
+        proc.kill()
+        await proc.wait()
+    reader.cancel()
+
+
+async def _collect(proc: asyncio.subprocess.Process, log: bytearray) -> None:
+    assert proc.stderr is not None
+    while line := await proc.stderr.readline():
+        log += line
+
+
+@pytest.mark.parametrize("mode", ["legacy", "listen"])
+async def test_the_guide_webhook_example_notifies_a_subscribed_client(guide_webhook_gateway: Proc, mode: str) -> None:
+    gw = guide_webhook_gateway
+    async with subscribed(f"{gw.base}/mcp", mode, "drive://folder/reports") as sub:
+        async with httpx2.AsyncClient() as http:
+            resp = await http.post(f"{gw.base}/webhooks/resource-updated/t0k3n-from-env", content=b"")
+        assert resp.json() == {"ok": True, "uri": "drive://folder/reports"}
+        assert await sub.next_update() == "drive://folder/reports"
+    assert b"t0k3n-from-env" not in gw.log
+
+
+async def test_sigterm_answers_open_listen_streams_and_exits_0(guide_webhook_gateway: Proc) -> None:
+    gw = guide_webhook_gateway
+    async with (
+        httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=300)) as http,
+        Client(streamable_http_client(f"{gw.base}/mcp", http_client=http)) as client,
+        client.listen(resource_subscriptions=["drive://folder/reports"]) as stream,
+    ):
+        gw.proc.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(BOUND_S):
+            events = [event async for event in stream]  # ends cleanly only if the server answered the listen
+    assert events == []
+    async with asyncio.timeout(5):
+        assert await gw.proc.wait() == 0
+    assert b"gateway stopped" in gw.log
+
+
+@pytest.mark.parametrize("flag", [[], ["--legacy"]], ids=["listen", "legacy"])
+async def test_mcpg_subscribe_prints_each_notification_once(
+    gateway_factory: GatewayFactory, upstream: Upstream, flag: list[str]
+) -> None:
+    upstream.set("/r", '{"n": 1}')
+    raw = gateway_config(
+        resource("a", "report://a", f"{upstream.url}/r", {"type": "webhook", "token": "ta"}),
+        resource("b", "report://b", f"{upstream.url}/r", {"type": "webhook", "token": "tb"}),
+    )
+    gw = await gateway_factory(raw)
+    cli = [sys.executable, "-m", "mcpg_gateway.subscribe_cli", gw.mcp_url, "report://a", "report://b", "--count", "2"]
+    proc = await asyncio.create_subprocess_exec(*cli, *flag, stdout=asyncio.subprocess.PIPE)
+    assert proc.stdout is not None
+    async with asyncio.timeout(BOUND_S):
+        while not (await proc.stdout.readline()).startswith((b"listening", b"subscribed")):
+            pass
+        async with httpx2.AsyncClient() as http:
+            await http.post(f"{gw.base}/webhooks/resource-updated/ta")
+            first = await proc.stdout.readline()
+            await http.post(f"{gw.base}/webhooks/resource-updated/tb")
+            second = await proc.stdout.readline()
+        assert await proc.wait() == 0
+    # A notification printed twice would show up as report://a in the second line.
+    assert (first, second) == (
+        b"notifications/resources/updated report://a\n",
+        b"notifications/resources/updated report://b\n",
+    )
