@@ -23,6 +23,7 @@ TOOLS="etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok h
 
 all_present() {
   for t in $TOOLS; do [[ -x "$BIN/$t" ]] || return 1; done
+  [[ -f "$BIN/kwok-stages.yaml" ]]
 }
 
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" ]] && all_present; then
@@ -86,9 +87,22 @@ build_installable() {
   GOBIN="$BIN" go install -trimpath -ldflags "-s -w" "$1"
 }
 
+export_kwok_stages() {
+  # kwok run on its own loads its stages only from --config (kwokctl writes these defaults for it):
+  # without them it exits with "no stages found". Take them from the module the binary came from.
+  local dir f
+  dir="$(go mod download -json "sigs.k8s.io/kwok@v$KWOK_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+  for f in node/fast/node-initialize node/heartbeat-with-lease/node-heartbeat-with-lease \
+    pod/fast/pod-ready pod/fast/pod-complete pod/fast/pod-delete; do
+    printf -- '---\n'
+    cat "$dir/kustomize/stage/$f.yaml"
+  done >"$BIN/kwok-stages.yaml"
+}
+
 echo "building control plane binaries into $BIN ($WANT); the first build takes a while"
 build_etcd
 build_installable "sigs.k8s.io/kwok/cmd/kwok@v$KWOK_VERSION"
+export_kwok_stages
 build_installable "helm.sh/helm/v3/cmd/helm@v$HELM_VERSION"
 build_kubernetes
 all_present || { echo "error: a control plane binary is missing after the build" >&2; exit 1; }
