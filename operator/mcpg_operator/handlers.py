@@ -1,13 +1,26 @@
-"""kopf handlers: thin wiring only. Decisions live in pure modules beside this one.
+"""kopf handlers: thin wiring only. Every change that can matter asks for a reconcile of its namespace.
 
-This module is imported by `kopf run -m mcpg_operator.handlers`; importing it registers the handlers.
+All handlers are `on.event` handlers on purpose: they store nothing on the objects (no diffbase annotation, so
+Secret data can never be copied into an annotation) and add no finalizers; the reconcile they request is
+level-based and idempotent, and a periodic resync covers any event that was missed.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import os
 from typing import Any
 
 import kopf
+
+from mcpg_operator import objects, reconcile, settings
+from mcpg_operator.kube import Kube
+from mcpg_operator.scheduler import Scheduler
+
+logger = logging.getLogger(__name__)
+RESYNC_S = float(os.environ.get("MCPG_RESYNC_SECONDS", "30"))
 
 
 @kopf.on.login()
@@ -18,10 +31,68 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 
 
 @kopf.on.startup()
-def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-    # Events are for what a user should see; kopf's own per-handler chatter stays in the log.
-    settings.posting.level = 30  # logging.WARNING
+async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    # kopf's own per-handler chatter stays in the log; the reconciler posts the Events users should see.
+    settings.posting.enabled = False
     # Watches that go quiet (a dropped connection behind a load balancer) are re-established.
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.watching.connect_timeout = 30
+    # CRDs are installed with the chart before the operator starts, so there is nothing to discover at run time,
+    # and the operator needs no permission to list CRDs or namespaces.
+    settings.scanning.disabled = True
+    # No handler here stores state on objects, but keep kopf's markers under our prefix if it ever does.
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="mcpg.dev", ignored_fields=["data"])
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="mcpg.dev")
+    kube = await Kube.connect()
+    defaults = settings_from_env()
+    memo.kube = kube
+    memo.scheduler = Scheduler(lambda ns: reconcile.reconcile(kube, ns, defaults))
+    memo.resync = asyncio.create_task(_resync(memo.scheduler))
+
+
+def settings_from_env() -> settings.GatewayDefaults:
+    return settings.from_env()
+
+
+@kopf.on.cleanup()
+async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+    memo.resync.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await memo.resync
+    await memo.scheduler.close()
+    await memo.kube.close()
+
+
+async def _resync(scheduler: Scheduler) -> None:
+    while True:
+        await asyncio.sleep(RESYNC_S)
+        for namespace in scheduler.known():
+            scheduler.request(namespace)
+
+
+@kopf.on.event("mcpg.dev", "v1alpha1", "resourcewatches")
+async def resourcewatch_event(namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
+    if namespace:
+        memo.scheduler.request(namespace)
+
+
+@kopf.on.event("mcpg.dev", "v1alpha1", "webhooktokens")
+async def webhooktoken_event(namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
+    if namespace:
+        memo.scheduler.request(namespace)
+
+
+@kopf.on.event("", "v1", "secrets", labels={"app.kubernetes.io/managed-by": kopf.ABSENT})
+async def secret_event(namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
+    # A user's Secret (a webhook token, a header value, a database URL) changed. Only namespaces that
+    # already have mcpg objects are reconciled; the others are not ours to touch.
+    if namespace and namespace in memo.scheduler.known():
+        memo.scheduler.request(namespace)
+
+
+@kopf.on.event("apps", "v1", "deployments", labels={"app.kubernetes.io/managed-by": "mcpg-operator"})
+async def gateway_deployment_event(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
+    # Rollout progress drives token retirement.
+    if namespace and name == objects.NAME:
+        memo.scheduler.request(namespace)

@@ -1,0 +1,53 @@
+"""Condition types and reasons (CamelCase constants), and the one function that sets a condition."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+READY, RECONCILING, STALLED = "Ready", "Reconciling", "Stalled"
+TOKEN_ACCEPTED = "TokenAccepted"
+
+SERVED = "Served"
+ROLLING_OUT = "RollingOut"
+INVALID_SPEC = "InvalidSpec"
+SECRET_NOT_FOUND = "SecretNotFound"
+WEBHOOK_TOKEN_NOT_FOUND = "WebhookTokenNotFound"
+TOKEN_PENDING = "TokenPending"
+TOKEN_CONFLICT = "TokenConflict"
+URI_CONFLICT = "UriConflict"
+ROLLOUT_STUCK = "ProgressDeadlineExceeded"
+TOKEN_ROLLED_OUT = "RolledOut"
+TOKEN_ROTATING = "Rotating"
+RETIRING_OLD_TOKENS = "RetiringOldTokens"
+
+
+def now_iso(ts: float | None = None) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() if ts is None else ts))
+
+
+def set_condition(
+    existing: list[dict[str, Any]], type_: str, status: bool, reason: str, message: str, generation: int
+) -> list[dict[str, Any]]:
+    """Return `existing` with `type_` set; lastTransitionTime moves only when the status does."""
+    value = "True" if status else "False"
+    old = next((cond for cond in existing if cond.get("type") == type_), None)
+    changed = old is None or old.get("status") != value
+    cond = {
+        "type": type_,
+        "status": value,
+        "reason": reason,
+        "message": message[:1024],
+        "observedGeneration": generation,
+        "lastTransitionTime": now_iso() if changed or old is None else old.get("lastTransitionTime", now_iso()),
+    }
+    return [*(x for x in existing if x.get("type") != type_), cond]
+
+
+def set_stalled(
+    existing: list[dict[str, Any]], stalled: bool, reason: str, message: str, generation: int
+) -> list[dict[str, Any]]:
+    """Stalled is present only while true (the kstatus convention): retrying will not help until the spec changes."""
+    if stalled:
+        return set_condition(existing, STALLED, True, reason, message, generation)
+    return [x for x in existing if x.get("type") != STALLED]

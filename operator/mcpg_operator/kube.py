@@ -1,0 +1,109 @@
+"""A thin async Kubernetes client over kubernetes_asyncio's transport: plain dicts in and out.
+
+Objects are written with server-side apply (one field manager), so re-applying the same desired object is a
+no-op and fields that others own (the Deployment controller's status, a user's labels) are left alone.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.exceptions import ApiException
+
+FIELD_MANAGER = "mcpg-operator"
+_OBJECT = {200: "object", 201: "object"}
+
+
+class Kube:
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+
+    @classmethod
+    async def connect(cls) -> Kube:
+        """In a pod, the mounted ServiceAccount; elsewhere $KUBECONFIG (read now, not at import time)."""
+        if os.environ.get("KUBERNETES_SERVICE_HOST"):
+            config.load_incluster_config()  # type: ignore[no-untyped-call]  # the library ships no annotation
+            return cls(client.ApiClient())
+        cfg = client.Configuration()
+        await config.load_kube_config(config_file=os.environ.get("KUBECONFIG"), client_configuration=cfg)
+        return cls(client.ApiClient(configuration=cfg))
+
+    async def close(self) -> None:
+        await self.api.close()
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: list[tuple[str, str]] | None = None,
+        ctype: str | None = None,
+    ) -> Any:
+        headers = {"Accept": "application/json"}
+        if ctype:
+            headers["Content-Type"] = ctype
+        return await self.api.call_api(
+            path,
+            method,
+            query_params=query or [],
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+            response_types_map=_OBJECT,
+            _return_http_data_only=True,
+        )
+
+    async def get(self, path: str) -> dict[str, Any] | None:
+        try:
+            result: dict[str, Any] = await self._call("GET", path)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        return result
+
+    async def list(self, path: str, label_selector: str | None = None) -> list[dict[str, Any]]:
+        query = [("labelSelector", label_selector)] if label_selector else []
+        result = await self._call("GET", path, query=query)
+        items: list[dict[str, Any]] = result.get("items", [])
+        return items
+
+    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        """Create; None if it already exists."""
+        try:
+            result: dict[str, Any] = await self._call("POST", path, body)
+        except ApiException as e:
+            if e.status == 409:
+                return None
+            raise
+        return result
+
+    async def apply(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        query = [("fieldManager", FIELD_MANAGER), ("force", "true")]
+        result: dict[str, Any] = await self._call("PATCH", path, body, query, ctype="application/apply-patch+yaml")
+        return result
+
+    async def merge_patch(self, path: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        try:
+            result: dict[str, Any] = await self._call("PATCH", path, body, ctype="application/merge-patch+json")
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        return result
+
+    async def delete(self, path: str) -> None:
+        try:
+            await self._call("DELETE", path)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+
+def ns_path(namespace: str, plural: str, name: str | None = None, group: str | None = None) -> str:
+    """The REST path of a namespaced collection (or object) in core, apps, or a CRD group."""
+    prefix = {None: "/api/v1", "apps": "/apis/apps/v1", "mcpg.dev": "/apis/mcpg.dev/v1alpha1"}[group]
+    path = f"{prefix}/namespaces/{namespace}/{plural}"
+    return f"{path}/{name}" if name else path

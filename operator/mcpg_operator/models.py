@@ -1,0 +1,141 @@
+"""Pydantic mirrors of the CRDs in crds/ (camelCase on the wire, snake_case here).
+
+The API server enforces the same rules first (schema + CEL); these models are what the operator trusts, and a
+test proves every example manifest passes both. Anything the API server cannot know (a referenced Secret that
+does not exist) is the reconciler's business, not the model's.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+GROUP, VERSION = "mcpg.dev", "v1alpha1"
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+
+
+class SecretKeyRef(_Spec):
+    name: str = Field(min_length=1)
+    key: str = Field(min_length=1)
+
+
+class Header(_Spec):
+    name: str = Field(min_length=1)
+    secret_key_ref: SecretKeyRef
+
+
+class HttpBackendSpec(_Spec):
+    url: str = Field(min_length=1)
+    method: Literal["get", "post", "put", "patch", "delete", "head"] = "get"
+    headers: list[Header] = Field(default_factory=list)
+    body: str | None = None
+    expected_status_codes: list[int] = Field(default_factory=lambda: [200])
+    require_json_response: bool = False
+    timeout_ms: int = Field(default=10_000, gt=0, le=300_000)
+
+
+class BackendSpec(_Spec):
+    http: HttpBackendSpec
+
+
+class PollSpec(_Spec):
+    interval_ms: int = Field(default=60_000, gt=0)
+
+
+class LocalRef(_Spec):
+    name: str = Field(min_length=1)
+
+
+class WebhookSpec(_Spec):
+    token_ref: LocalRef
+
+
+class NatsTopicSpec(_Spec):
+    subject: str = Field(min_length=1)
+    url_secret_ref: SecretKeyRef | None = None
+
+
+class PostgresListenNotifySpec(_Spec):
+    url_secret_ref: SecretKeyRef
+    channel: str = Field(min_length=1, max_length=63)
+
+
+class SqlPollingSpec(_Spec):
+    url_secret_ref: SecretKeyRef
+    query: str = Field(min_length=1)
+    interval_ms: int = Field(default=60_000, gt=0)
+
+
+class PluginSpec(_Spec):
+    kind: str = Field(min_length=1)
+    config: dict[str, Any] = Field(default_factory=dict)
+
+
+class NotificationFilterSpec(_Spec):
+    scope: Literal["all", "subject_id", "expression"] = "all"
+    expression: str | None = None
+
+
+STRATEGY_FIELDS = ("poll", "webhook", "nats_topic", "postgres_listen_notify", "sql_polling", "plugin")
+
+
+class WatchSpec(_Spec):
+    poll: PollSpec | None = None
+    webhook: WebhookSpec | None = None
+    nats_topic: NatsTopicSpec | None = None
+    postgres_listen_notify: PostgresListenNotifySpec | None = None
+    sql_polling: SqlPollingSpec | None = None
+    plugin: PluginSpec | None = None
+    notification_filter: NotificationFilterSpec | None = None
+
+    @model_validator(mode="after")
+    def _at_most_one_strategy(self) -> WatchSpec:
+        chosen = [f for f in STRATEGY_FIELDS if getattr(self, f) is not None]
+        if len(chosen) > 1:
+            raise ValueError(f"set at most one strategy, got {', '.join(to_camel(f) for f in chosen)}")
+        return self
+
+    @property
+    def strategy_type(self) -> str:
+        """The gateway's `type` for this watch; no strategy means poll."""
+        return next((f for f in STRATEGY_FIELDS if getattr(self, f) is not None), "poll")
+
+
+class ResourceWatchSpec(_Spec):
+    name: str | None = None
+    description: str = ""
+    uri: str | None = None
+    uri_template: str | None = None
+    mime_type: str | None = None
+    backend: BackendSpec
+    watch: WatchSpec | None = None
+
+    @model_validator(mode="after")
+    def _one_uri_form(self) -> ResourceWatchSpec:
+        if (self.uri is None) == (self.uri_template is None):
+            raise ValueError("set exactly one of uri (one resource) or uriTemplate (a resource template)")
+        if self.uri_template is not None and self.watch is not None and self.watch.webhook is not None:
+            raise ValueError(
+                "a webhook token selects exactly one URI, so a uriTemplate cannot use the webhook strategy"
+            )
+        return self
+
+    @property
+    def address(self) -> str:
+        return self.uri if self.uri is not None else str(self.uri_template)
+
+
+class WebhookTokenSecretRef(_Spec):
+    name: str = Field(min_length=1)
+    key: str = "token"
+
+
+class WebhookTokenSpec(_Spec):
+    secret_ref: WebhookTokenSecretRef
+    generate: bool = False
+    grace_period_seconds: int = Field(default=0, ge=0, le=2_592_000)

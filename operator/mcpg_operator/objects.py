@@ -1,0 +1,173 @@
+"""Pure builders of the Kubernetes objects behind one namespace's gateway.
+
+Every object is owned by every ResourceWatch of the namespace (non-controller owner references), so the garbage
+collector removes them when the last ResourceWatch goes, even while the operator is down. The configuration lives
+in an immutable Secret named by its content hash: the pod template names it, so a changed configuration rolls the
+gateway, and a ReplicaSet from before keeps exactly the configuration its pods started with.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Sequence
+from typing import Any
+
+import yaml
+
+from mcpg_operator.models import GROUP, VERSION
+from mcpg_operator.settings import GatewayDefaults
+
+NAME = "mcpg-gateway"
+CONFIG_PREFIX = "mcpg-gateway-config-"
+HASH_ANNOTATION = "mcpg.dev/config-hash"
+HASH_LABEL = "mcpg.dev/config-hash"
+MANAGED = {"app.kubernetes.io/managed-by": "mcpg-operator", "app.kubernetes.io/part-of": "mcpg"}
+SELECTOR = {"app.kubernetes.io/name": NAME}
+PUBLIC_PORT, ADMIN_PORT = 8080, 9090
+CONFIG_DIR = "/etc/mcpg"
+
+
+def owner_references(watches: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
+    """(name, uid) of each ResourceWatch; blockOwnerDeletion is off so no finalizer rights are needed."""
+    return [
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "ResourceWatch",
+            "name": name,
+            "uid": uid,
+            "controller": False,
+            "blockOwnerDeletion": False,
+        }
+        for name, uid in sorted(watches)
+    ]
+
+
+def _meta(name: str, namespace: str, owners: list[dict[str, Any]], **labels: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": namespace,
+        "labels": {**MANAGED, **SELECTOR, **labels},
+        "ownerReferences": owners,
+    }
+
+
+def config_secret_name(config_hash: str) -> str:
+    return CONFIG_PREFIX + config_hash[:16]
+
+
+def config_secret(
+    namespace: str, config: dict[str, Any], config_hash: str, owners: list[dict[str, Any]]
+) -> dict[str, Any]:
+    text = yaml.safe_dump(config, sort_keys=True)
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _meta(config_secret_name(config_hash), namespace, owners, **{HASH_LABEL: config_hash[:16]}),
+        "type": "Opaque",
+        "immutable": True,
+        "data": {"gateway.yaml": base64.b64encode(text.encode()).decode()},
+    }
+
+
+def service_account(namespace: str, owners: list[dict[str, Any]]) -> dict[str, Any]:
+    # The gateway needs no Kubernetes API access at all, so no token is mounted.
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": _meta(NAME, namespace, owners),
+        "automountServiceAccountToken": False,
+    }
+
+
+def service(namespace: str, owners: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(NAME, namespace, owners),
+        "spec": {
+            "selector": dict(SELECTOR),
+            "ports": [
+                {"name": "http", "port": PUBLIC_PORT, "targetPort": "http", "protocol": "TCP"},
+                {"name": "admin", "port": ADMIN_PORT, "targetPort": "admin", "protocol": "TCP"},
+            ],
+        },
+    }
+
+
+def deployment(
+    namespace: str, config_hash: str, defaults: GatewayDefaults, owners: list[dict[str, Any]]
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(NAME, namespace, owners),
+        "spec": {
+            "replicas": defaults.replicas,
+            "revisionHistoryLimit": 3,
+            "selector": {"matchLabels": dict(SELECTOR)},
+            # A pod is only replaced once its successor is Ready: webhook senders always reach a pod that
+            # knows every token not yet retired.
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+            "template": _pod_template(config_hash, defaults),
+        },
+    }
+
+
+def _pod_template(config_hash: str, defaults: GatewayDefaults) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "labels": {**MANAGED, **SELECTOR},
+            "annotations": {HASH_ANNOTATION: config_hash},
+        },
+        "spec": {
+            "serviceAccountName": NAME,
+            "automountServiceAccountToken": False,
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": 65532,
+                "runAsGroup": 65532,
+                "fsGroup": 65532,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "containers": [_container(defaults)],
+            "volumes": [
+                {"name": "config", "secret": {"secretName": config_secret_name(config_hash), "defaultMode": 0o440}},
+                {"name": "tmp", "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}},
+            ],
+        },
+    }
+
+
+def _container(defaults: GatewayDefaults) -> dict[str, Any]:
+    env: list[dict[str, Any]] = [{"name": "MCPG_LOG_FORMAT", "value": defaults.log_format}]
+    if defaults.admin_token_secret:
+        env.append(
+            {
+                "name": "MCPG_ADMIN_TOKEN",
+                "valueFrom": {"secretKeyRef": {"name": defaults.admin_token_secret, "key": "token", "optional": True}},
+            }
+        )
+    probe = {"periodSeconds": 5, "timeoutSeconds": 2, "failureThreshold": 3}
+    return {
+        "name": "gateway",
+        "image": defaults.image,
+        "imagePullPolicy": defaults.image_pull_policy,
+        "args": ["--config", f"{CONFIG_DIR}/gateway.yaml", "--port", str(PUBLIC_PORT), "--admin-port", str(ADMIN_PORT)],
+        "ports": [
+            {"name": "http", "containerPort": PUBLIC_PORT, "protocol": "TCP"},
+            {"name": "admin", "containerPort": ADMIN_PORT, "protocol": "TCP"},
+        ],
+        "env": env,
+        "resources": defaults.resources,
+        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}, **probe},
+        "livenessProbe": {"httpGet": {"path": "/healthz", "port": "http"}, **probe, "initialDelaySeconds": 5},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": [
+            {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+            {"name": "tmp", "mountPath": "/tmp"},  # noqa: S108 - an in-memory emptyDir, private to the pod
+        ],
+    }

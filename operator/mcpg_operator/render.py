@@ -1,0 +1,235 @@
+"""Render one namespace's gateway configuration from its ResourceWatches, WebhookTokens and Secrets. Pure.
+
+Each ResourceWatch gets a verdict: served, or left out with a reason (invalid spec, a missing Secret, a token
+or URI another ResourceWatch already holds). Conflicts go to the later ResourceWatch (by creation time, then
+name), so the gateway never receives a collision. The configuration is validated against the gateway's own
+model before it is accepted: the contract is checked here, not discovered when a pod fails to start.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from mcpg_gateway import loading
+from mcpg_gateway.errors import ConfigError
+from mcpg_operator import conditions as c
+from mcpg_operator import models, rotation
+from mcpg_operator.settings import GatewayDefaults
+
+SecretData = dict[str, dict[str, str]]
+"""Secret name -> key -> decoded value, for the Secrets of one namespace."""
+
+
+@dataclass(frozen=True, slots=True)
+class WatchObject:
+    name: str
+    uid: str
+    generation: int
+    created: str
+    spec: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class TokenObject:
+    name: str
+    state: rotation.TokenState
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    served: bool
+    reason: str
+    message: str
+    stalled: bool = False
+    """The spec itself can never work: retrying will not help until it is edited."""
+    strategy: str | None = None
+    uri: str | None = None
+
+
+@dataclass
+class Plan:
+    config: dict[str, Any]
+    verdicts: dict[str, Verdict] = field(default_factory=dict)
+
+    @property
+    def hash(self) -> str:
+        return config_hash(self.config)
+
+
+class Unresolved(Exception):
+    """A reference (Secret, key, WebhookToken) is missing; the watch waits for it."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason, self.message = reason, message
+
+
+def config_hash(config: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(config, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def token_digest(token: str) -> str:
+    """What status may show of a token: the first 12 hex digits of its SHA-256."""
+    return hashlib.sha256(token.encode()).hexdigest()[:12]
+
+
+def plan(
+    watches: list[WatchObject], tokens: dict[str, TokenObject], secrets: SecretData, defaults: GatewayDefaults
+) -> Plan:
+    out = Plan(config={})
+    entries: dict[str, list[dict[str, Any]]] = {"resources": [], "resource_templates": []}
+    uri_owner: dict[str, str] = {}
+    token_owner: dict[str, str] = {}
+    for rw in sorted(watches, key=lambda w: (w.created, w.name)):
+        verdict, kind, entry = _one(rw, tokens, secrets, uri_owner, token_owner)
+        out.verdicts[rw.name] = verdict
+        if entry is not None:
+            entries[kind].append(entry)
+    out.config = _gateway_config(entries, defaults)
+    return out
+
+
+def _one(
+    rw: WatchObject,
+    tokens: dict[str, TokenObject],
+    secrets: SecretData,
+    uri_owner: dict[str, str],
+    token_owner: dict[str, str],
+) -> tuple[Verdict, str, dict[str, Any] | None]:
+    try:
+        spec = models.ResourceWatchSpec.model_validate(rw.spec)
+    except ValidationError as e:
+        return Verdict(False, c.INVALID_SPEC, _first_errors(e), stalled=True), "", None
+    watch = spec.watch or models.WatchSpec()
+    kind = "resources" if spec.uri is not None else "resource_templates"
+    strategy, uri = watch.strategy_type, spec.address
+
+    def refused(reason: str, message: str, stalled: bool = False) -> tuple[Verdict, str, None]:
+        return Verdict(False, reason, message, stalled, strategy, uri), kind, None
+
+    try:
+        entry = _entry(rw.name, spec, watch, tokens, secrets)
+    except Unresolved as e:
+        return refused(e.reason, e.message)
+    problems = _contract_problems(kind, entry)
+    if problems:
+        return refused(c.INVALID_SPEC, "; ".join(problems), stalled=True)
+    if spec.address in uri_owner:
+        msg = f"URI {spec.address} is already served by ResourceWatch {uri_owner[spec.address]}"
+        return refused(c.URI_CONFLICT, msg)
+    entry_tokens = [hashlib.sha256(t.encode()).hexdigest() for t in _tokens_of(entry)]
+    clash = next((token_owner[d] for d in entry_tokens if d in token_owner), None)
+    if clash is not None:
+        msg = f"its webhook token is already used by ResourceWatch {clash}; one token maps to one URI"
+        return refused(c.TOKEN_CONFLICT, msg)
+    uri_owner[spec.address] = rw.name
+    token_owner.update(dict.fromkeys(entry_tokens, rw.name))
+    return Verdict(True, c.SERVED, f"served by the gateway as {uri}", False, strategy, uri), kind, entry
+
+
+def _entry(
+    name: str,
+    spec: models.ResourceWatchSpec,
+    watch: models.WatchSpec,
+    tokens: dict[str, TokenObject],
+    secrets: SecretData,
+) -> dict[str, Any]:
+    http = spec.backend.http
+    backend: dict[str, Any] = {
+        "kind": "http",
+        "url": http.url,
+        "method": http.method,
+        "headers": {h.name: _secret(secrets, h.secret_key_ref) for h in http.headers},
+        "expected_status_codes": http.expected_status_codes,
+        "require_json_response": http.require_json_response,
+        "timeout_ms": http.timeout_ms,
+    }
+    if http.body is not None:
+        backend["body"] = http.body
+    entry: dict[str, Any] = {"name": spec.name or name, "description": spec.description, "backend": backend}
+    entry["uri" if spec.uri is not None else "uri_template"] = spec.address
+    if spec.mime_type:
+        entry["mime_type"] = spec.mime_type
+    entry["watch"] = {"strategy": _strategy(watch, tokens, secrets)}
+    if watch.notification_filter is not None:
+        entry["watch"]["notification_filter"] = watch.notification_filter.model_dump(exclude_none=True)
+    return entry
+
+
+def _strategy(watch: models.WatchSpec, tokens: dict[str, TokenObject], secrets: SecretData) -> dict[str, Any]:
+    if watch.webhook is not None:
+        return _webhook(watch.webhook.token_ref.name, tokens)
+    if watch.nats_topic is not None:
+        out: dict[str, Any] = {"type": "nats_topic", "subject": watch.nats_topic.subject}
+        if watch.nats_topic.url_secret_ref is not None:
+            out["url"] = _secret(secrets, watch.nats_topic.url_secret_ref)
+        return out
+    if watch.postgres_listen_notify is not None:
+        pg = watch.postgres_listen_notify
+        return {"type": "postgres_listen_notify", "url": _secret(secrets, pg.url_secret_ref), "channel": pg.channel}
+    if watch.sql_polling is not None:
+        sql = watch.sql_polling
+        url = _secret(secrets, sql.url_secret_ref)
+        return {"type": "sql_polling", "url": url, "query": sql.query, "interval_ms": sql.interval_ms}
+    if watch.plugin is not None:
+        return {**watch.plugin.config, "type": "plugin", "kind": watch.plugin.kind}
+    return {"type": "poll", "interval_ms": (watch.poll or models.PollSpec()).interval_ms}
+
+
+def _webhook(token_name: str, tokens: dict[str, TokenObject]) -> dict[str, Any]:
+    token = tokens.get(token_name)
+    if token is None:
+        raise Unresolved(c.WEBHOOK_TOKEN_NOT_FOUND, f"WebhookToken {token_name} does not exist in this namespace")
+    if token.state.current is None:
+        raise Unresolved(c.TOKEN_PENDING, f"WebhookToken {token_name} has no token yet (see its status)")
+    return {
+        "type": "webhook",
+        "token": token.state.current,
+        "previous_tokens": [r.token for r in token.state.retiring],
+    }
+
+
+def _secret(secrets: SecretData, ref: models.SecretKeyRef) -> str:
+    data = secrets.get(ref.name)
+    if data is None:
+        raise Unresolved(c.SECRET_NOT_FOUND, f"Secret {ref.name} does not exist in this namespace")
+    if ref.key not in data:
+        raise Unresolved(c.SECRET_NOT_FOUND, f"Secret {ref.name} has no key {ref.key}")
+    return data[ref.key]
+
+
+def _tokens_of(entry: dict[str, Any]) -> list[str]:
+    strategy = entry["watch"]["strategy"]
+    if strategy["type"] != "webhook":
+        return []
+    return [strategy["token"], *strategy["previous_tokens"]]
+
+
+def _contract_problems(kind: str, entry: dict[str, Any]) -> list[str]:
+    # No environment: the operator resolves every secret itself, so a ${env.X} left in a field is an error.
+    try:
+        loading.load_dict({"mcp": {"capabilities": {kind: [entry]}}}, environ={})
+    except ConfigError as e:
+        prefix = f"mcp.capabilities.{kind}[0]."
+        return [p.removeprefix(prefix) for p in e.problems]
+    return []
+
+
+def _first_errors(e: ValidationError, limit: int = 3) -> str:
+    parts = []
+    for err in e.errors(include_url=False)[:limit]:
+        path = ".".join(str(x) for x in err["loc"]) or "spec"
+        parts.append(f"spec.{path}: {str(err['msg']).removeprefix('Value error, ')}")
+    return "; ".join(parts)
+
+
+def _gateway_config(entries: dict[str, list[dict[str, Any]]], defaults: GatewayDefaults) -> dict[str, Any]:
+    gateway: dict[str, Any] = {"server": {"allowed_origins": list(defaults.allowed_origins)}}
+    if defaults.nats_url:
+        gateway["nats"] = {"url": defaults.nats_url}
+    return {"mcp": {"capabilities": entries}, "gateway": gateway}

@@ -1,0 +1,98 @@
+"""The token rotation state machine: pure functions over one WebhookToken's state.
+
+The invariant it keeps: a replaced token stays in `retiring` (and so in the gateway's `previous_tokens`) until a
+rollout of a configuration that carries its replacement has completed on every pod, plus the grace period.
+Only then is it dropped, which changes the configuration and rolls the gateway once more. Until that second
+rollout, every available pod accepts the old token, so no sender holding it is ever refused mid-rotation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+MAX_RETIRING = 8
+"""Edits in a row keep every not-yet-retired token, up to this many; beyond it the oldest is dropped (and reported)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Retiring:
+    token: str
+    replaced_at: float
+    rolled_out_at: float | None = None
+    """When a rollout carrying the replacement completed; the grace period counts from here."""
+
+
+@dataclass(frozen=True, slots=True)
+class TokenState:
+    current: str | None = None
+    current_accepted_at: float | None = None
+    """When every pod started accepting `current` (the rollout carrying it completed)."""
+    retiring: tuple[Retiring, ...] = field(default_factory=tuple)
+
+    def tokens(self) -> list[str]:
+        """Every token the gateway must accept now, current first."""
+        return ([self.current] if self.current else []) + [r.token for r in self.retiring]
+
+
+@dataclass(frozen=True, slots=True)
+class Edit:
+    state: TokenState
+    dropped: int = 0
+    """Retiring tokens dropped early because more than MAX_RETIRING edits piled up."""
+
+
+def observe_secret(state: TokenState, value: str | None, now: float) -> Edit:
+    """The Secret now holds `value`. A new value is promoted; the old current starts retiring."""
+    if not value or value == state.current:
+        return Edit(state)
+    if state.current is None:
+        return Edit(TokenState(current=value))
+    # Reverting to a token that is still retiring promotes it again rather than listing it twice.
+    kept = [r for r in state.retiring if r.token != value]
+    retiring = [*kept, Retiring(state.current, now)]
+    dropped = max(0, len(retiring) - MAX_RETIRING)
+    return Edit(TokenState(current=value, retiring=tuple(retiring[dropped:])), dropped)
+
+
+def observe_rollout(state: TokenState, carries_state: bool, complete: bool, now: float) -> TokenState:
+    """The gateway's rollout is `complete`; `carries_state` says it runs the configuration rendered from `state`."""
+    if not (carries_state and complete):
+        return state
+    return replace(
+        state,
+        current_accepted_at=state.current_accepted_at or now,
+        retiring=tuple(r if r.rolled_out_at is not None else replace(r, rolled_out_at=now) for r in state.retiring),
+    )
+
+
+def retire_due(state: TokenState, grace_s: float, now: float) -> TokenState:
+    """Drop retiring tokens whose replacement has been rolled out for at least the grace period."""
+    kept = tuple(r for r in state.retiring if r.rolled_out_at is None or r.rolled_out_at + grace_s > now)
+    return state if kept == state.retiring else replace(state, retiring=kept)
+
+
+def next_retirement(state: TokenState, grace_s: float) -> float | None:
+    """When the next retiring token becomes due, if any is waiting on its grace period."""
+    due = [r.rolled_out_at + grace_s for r in state.retiring if r.rolled_out_at is not None]
+    return min(due) if due else None
+
+
+def to_json(state: TokenState) -> dict[str, Any]:
+    return {
+        "current": state.current,
+        "currentAcceptedAt": state.current_accepted_at,
+        "retiring": [
+            {"token": r.token, "replacedAt": r.replaced_at, "rolledOutAt": r.rolled_out_at} for r in state.retiring
+        ],
+    }
+
+
+def from_json(data: dict[str, Any]) -> TokenState:
+    return TokenState(
+        current=data.get("current"),
+        current_accepted_at=data.get("currentAcceptedAt"),
+        retiring=tuple(
+            Retiring(r["token"], float(r["replacedAt"]), r.get("rolledOutAt")) for r in data.get("retiring", [])
+        ),
+    )

@@ -1,0 +1,76 @@
+"""Coalesce reconcile requests per namespace: many events become one run, and one run at a time per namespace.
+
+A request during a run marks the namespace dirty and the run loops once more, so the last event is never lost.
+Failed runs are retried with backoff; a run that asks to be woken later (a grace period) is scheduled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from mcpg_operator.reconcile import Outcome
+
+logger = logging.getLogger(__name__)
+
+Run = Callable[[str], Awaitable[Outcome]]
+BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)
+
+
+@dataclass
+class _Namespace:
+    dirty: bool = False
+    task: asyncio.Task[None] | None = None
+    wakeup: asyncio.TimerHandle | None = None
+    failures: int = 0
+    last: Outcome | None = None
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class Scheduler:
+    def __init__(self, run: Run) -> None:
+        self._run = run
+        self._namespaces: dict[str, _Namespace] = {}
+
+    def known(self) -> list[str]:
+        return list(self._namespaces)
+
+    def request(self, namespace: str) -> None:
+        ns = self._namespaces.setdefault(namespace, _Namespace())
+        ns.dirty = True
+        ns.done.clear()
+        if ns.task is None or ns.task.done():
+            ns.task = asyncio.create_task(self._loop(namespace, ns), name=f"reconcile {namespace}")
+
+    def _later(self, namespace: str, ns: _Namespace, delay: float) -> None:
+        if ns.wakeup is not None:
+            ns.wakeup.cancel()
+        ns.wakeup = asyncio.get_running_loop().call_later(delay, self.request, namespace)
+
+    async def _loop(self, namespace: str, ns: _Namespace) -> None:
+        while ns.dirty:
+            ns.dirty = False
+            try:
+                ns.last = await self._run(namespace)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # isolation boundary: one namespace's failure must not stop the others
+                delay = BACKOFF_S[min(ns.failures, len(BACKOFF_S) - 1)]
+                ns.failures += 1
+                logger.exception("reconcile of namespace %s failed; retrying in %.0fs", namespace, delay)
+                self._later(namespace, ns, delay)
+                return
+            ns.failures = 0
+            if ns.last.next_check_s is not None:
+                self._later(namespace, ns, ns.last.next_check_s + 0.05)
+        ns.done.set()
+
+    async def close(self) -> None:
+        for ns in self._namespaces.values():
+            if ns.wakeup is not None:
+                ns.wakeup.cancel()
+            if ns.task is not None:
+                ns.task.cancel()
+        await asyncio.gather(*(ns.task for ns in self._namespaces.values() if ns.task), return_exceptions=True)

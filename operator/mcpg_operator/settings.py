@@ -1,0 +1,40 @@
+"""Operator-level defaults for the gateways it renders, read once from the environment (the chart sets them)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class GatewayDefaults(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    image: str = "ghcr.io/mcpg/gateway:0.1.0"
+    image_pull_policy: str = "IfNotPresent"
+    replicas: int = Field(default=1, ge=1)
+    resources: dict[str, Any] = Field(
+        default_factory=lambda: {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}}
+    )
+    allowed_origins: list[str] = Field(default_factory=list)
+    admin_token_secret: str | None = None
+    """Name of a Secret (key `token`) in each gateway namespace; unset leaves the admin API disabled."""
+    nats_url: str | None = None
+    log_format: str = "json"
+
+
+_JSON_FIELDS = frozenset({"replicas", "resources", "allowed_origins"})
+
+
+def from_env(env: Mapping[str, str] | None = None) -> GatewayDefaults:
+    """`MCPG_GATEWAY_<FIELD>` variables; replicas, resources and allowed_origins are JSON."""
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    for name in GatewayDefaults.model_fields:
+        raw = env.get(f"MCPG_GATEWAY_{name.upper()}")
+        if raw:
+            values[name] = json.loads(raw) if name in _JSON_FIELDS else raw
+    return GatewayDefaults.model_validate(values)

@@ -1,0 +1,405 @@
+"""The operator on a real control plane, under the chart's RBAC: gateways appear, roll, rotate and go away."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+import yaml
+
+ROOT = Path(__file__).parents[2]
+MANIFESTS = ROOT / "examples" / "manifests"
+BOUND = "90s"
+
+
+def apply(
+    plane: Any, namespace: str, *docs: dict[str, Any] | Path, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    text = "\n---\n".join(d.read_text() if isinstance(d, Path) else yaml.safe_dump(d) for d in docs)
+    return plane.kubectl("-n", namespace, "apply", "-f", "-", stdin=text, check=check)
+
+
+def get(plane: Any, namespace: str, *what: str) -> Any:
+    return json.loads(plane.kubectl("-n", namespace, "get", *what, "-o", "json").stdout)
+
+
+def wait(plane: Any, namespace: str, *args: str) -> None:
+    plane.kubectl("-n", namespace, "wait", *args, f"--timeout={BOUND}")
+
+
+def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next(c for c in obj["status"]["conditions"] if c["type"] == type_)
+
+
+def rendered_config(plane: Any, namespace: str) -> dict[str, Any]:
+    dep = get(plane, namespace, "deployment", "mcpg-gateway")
+    [volume] = [v for v in dep["spec"]["template"]["spec"]["volumes"] if v["name"] == "config"]
+    secret = get(plane, namespace, "secret", volume["secret"]["secretName"])
+    return yaml.safe_load(base64.b64decode(secret["data"]["gateway.yaml"]))
+
+
+def google_secret() -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "google-api"},
+        "stringData": {"token": "Bearer e2e-google"},
+    }
+
+
+def test_the_guides_examples_become_a_ready_gateway(control_plane: Any, operator: Path, namespace: str) -> None:
+    apply(
+        control_plane,
+        namespace,
+        google_secret(),
+        MANIFESTS / "webhooktoken.yaml",
+        MANIFESTS / "webhook.yaml",
+        MANIFESTS / "poll.yaml",
+    )
+    wait(
+        control_plane,
+        namespace,
+        "--for=condition=Ready",
+        "resourcewatch/reports-folder",
+        "resourcewatch/reports-folder-poll",
+    )
+    wait(control_plane, namespace, "--for=condition=Ready", "webhooktoken/reports-token")
+    rw = get(control_plane, namespace, "resourcewatch", "reports-folder")
+    assert (rw["status"]["strategy"], rw["status"]["uri"]) == ("webhook", "drive://folder/reports")
+    assert condition(rw, "Ready")["observedGeneration"] == rw["metadata"]["generation"]
+    config = rendered_config(control_plane, namespace)
+    resources = {r["uri"]: r for r in config["mcp"]["capabilities"]["resources"]}
+    assert resources["drive://folder/reports-polled"]["backend"]["headers"] == {"Authorization": "Bearer e2e-google"}
+    token = base64.b64decode(get(control_plane, namespace, "secret", "reports-webhook")["data"]["token"]).decode()
+    assert resources["drive://folder/reports"]["watch"]["strategy"]["token"] == token
+    assert len(token) >= 43  # 256 random bits, url-safe base64
+    dep = get(control_plane, namespace, "deployment", "mcpg-gateway")
+    assert dep["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    assert dep["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert {o["name"] for o in dep["metadata"]["ownerReferences"]} == {"reports-folder", "reports-folder-poll"}
+    assert get(control_plane, namespace, "serviceaccount", "mcpg-gateway")["automountServiceAccountToken"] is False
+    assert {p["port"] for p in get(control_plane, namespace, "service", "mcpg-gateway")["spec"]["ports"]} == {
+        8080,
+        9090,
+    }
+
+
+def test_deleting_the_last_resourcewatch_removes_the_gateway(
+    control_plane: Any, operator: Path, namespace: str
+) -> None:
+    apply(control_plane, namespace, MANIFESTS / "delete-as-event.yaml", MANIFESTS / "plugin.yaml")
+    wait(control_plane, namespace, "--for=condition=Ready", "resourcewatch/drive-file", "resourcewatch/phone-inbound")
+    control_plane.kubectl("-n", namespace, "delete", "resourcewatch", "drive-file")
+    # One owner remains: the gateway stays, serving the other watch only.
+    wait(
+        control_plane,
+        namespace,
+        "--for=jsonpath={.metadata.ownerReferences[0].name}=phone-inbound",
+        "deployment/mcpg-gateway",
+    )
+    assert [r["name"] for r in rendered_config(control_plane, namespace)["mcp"]["capabilities"]["resources"]] == [
+        "phone-inbound"
+    ]
+    control_plane.kubectl("-n", namespace, "delete", "resourcewatch", "phone-inbound")
+    wait(
+        control_plane,
+        namespace,
+        "--for=delete",
+        "deployment/mcpg-gateway",
+        "service/mcpg-gateway",
+        "serviceaccount/mcpg-gateway",
+    )
+    secrets = get(control_plane, namespace, "secrets", "-l", "mcpg.dev/config-hash")["items"]
+    deadline = time.monotonic() + 60
+    while secrets and time.monotonic() < deadline:  # the garbage collector works through dependents in turn
+        secrets = get(control_plane, namespace, "secrets", "-l", "mcpg.dev/config-hash")["items"]
+    assert secrets == []
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        (
+            {"uri": "x://a", "uriTemplate": "x://{a}", "backend": {"http": {"url": "http://u"}}},
+            "set exactly one of uri",
+        ),
+        (
+            {
+                "uri": "x://a",
+                "backend": {"http": {"url": "http://u"}},
+                "watch": {"poll": {}, "webhook": {"tokenRef": {"name": "t"}}},
+            },
+            "set at most one strategy",
+        ),
+        (
+            {"uri": "x://a", "backend": {"http": {"url": "http://u"}}, "watch": {"webhook": {}}},
+            "a webhook needs tokenRef",
+        ),
+        (
+            {
+                "uri": "x://a",
+                "backend": {"http": {"url": "http://u"}},
+                "watch": {"sqlPolling": {"urlSecretRef": {"name": "d", "key": "u"}}},
+            },
+            "sqlPolling needs a scalar tracking query",
+        ),
+        (
+            {
+                "uri": "x://a",
+                "backend": {"http": {"url": "http://u"}},
+                "watch": {"notificationFilter": {"scope": "expression"}},
+            },
+            "scope expression needs an expression",
+        ),
+        ({"uri": "x://a", "backend": {"http": {"url": "http://u", "method": "fetch"}}}, 'Unsupported value: "fetch"'),
+    ],
+)
+def test_the_api_server_rejects_what_can_never_work(
+    control_plane: Any, crds: None, namespace: str, spec: dict[str, Any], message: str
+) -> None:
+    doc = {"apiVersion": "mcpg.dev/v1alpha1", "kind": "ResourceWatch", "metadata": {"name": "bad"}, "spec": spec}
+    result = apply(control_plane, namespace, doc, check=False)
+    assert result.returncode != 0
+    assert message in result.stderr
+
+
+def test_every_example_manifest_is_accepted_by_the_api_server(control_plane: Any, crds: None, namespace: str) -> None:
+    for path in sorted(MANIFESTS.glob("*.yaml")):
+        result = control_plane.kubectl("-n", namespace, "apply", "--dry-run=server", "-f", str(path), check=False)
+        assert result.returncode == 0, f"{path.name}: {result.stderr}"
+
+
+def test_the_later_of_two_watches_sharing_a_token_is_refused(
+    control_plane: Any, operator: Path, namespace: str
+) -> None:
+    apply(control_plane, namespace, MANIFESTS / "webhooktoken.yaml", MANIFESTS / "webhook.yaml")
+    wait(control_plane, namespace, "--for=condition=Ready", "resourcewatch/reports-folder")
+    twin = yaml.safe_load((MANIFESTS / "webhook.yaml").read_text())
+    twin["metadata"]["name"], twin["spec"]["uri"], twin["spec"]["name"] = "twin", "drive://folder/twin", "twin"
+    apply(control_plane, namespace, twin)
+    wait(
+        control_plane,
+        namespace,
+        "--for=jsonpath={.status.conditions[?(@.type=='Ready')].reason}=TokenConflict",
+        "resourcewatch/twin",
+    )
+    ready = condition(get(control_plane, namespace, "resourcewatch", "twin"), "Ready")
+    assert ready["status"] == "False"
+    assert "ResourceWatch reports-folder" in ready["message"]
+    assert [r["name"] for r in rendered_config(control_plane, namespace)["mcp"]["capabilities"]["resources"]] == [
+        "reports.folder"
+    ]
+
+
+def test_a_missing_secret_is_reported_and_healed_when_it_appears(
+    control_plane: Any, operator: Path, namespace: str
+) -> None:
+    apply(control_plane, namespace, MANIFESTS / "poll.yaml")
+    wait(
+        control_plane,
+        namespace,
+        "--for=jsonpath={.status.conditions[?(@.type=='Ready')].reason}=SecretNotFound",
+        "resourcewatch/reports-folder-poll",
+    )
+    apply(control_plane, namespace, google_secret())
+    wait(control_plane, namespace, "--for=condition=Ready", "resourcewatch/reports-folder-poll")
+
+
+# --- rotation, sampled continuously -----------------------------------------------------------------------
+
+
+@dataclass
+class Sample:
+    t: float
+    template_tokens: frozenset[str]
+    """Tokens of the configuration the Deployment's template names now."""
+    pods: list[frozenset[str]]
+    """Tokens each available pod accepts (from the exact configuration its ReplicaSet references)."""
+    accepted: bool
+    """The WebhookToken reports that every pod accepts the current token."""
+    current_digest: str | None
+
+
+class Api:
+    """Fast reads with the admin token, so the sampler sees many states of a rotation that lasts seconds."""
+
+    def __init__(self, kubeconfig: Path) -> None:
+        cfg = yaml.safe_load(kubeconfig.read_text())
+        server = cfg["clusters"][0]["cluster"]["server"]
+        token = cfg["users"][0]["user"]["token"]
+        self.http = httpx2.Client(
+            base_url=server, headers={"authorization": f"Bearer {token}"}, verify=False, timeout=10
+        )
+
+    def get(self, path: str) -> Any:
+        resp = self.http.get(path)
+        resp.raise_for_status()
+        return resp.json()
+
+
+def webhook_tokens(config_yaml: bytes) -> frozenset[str]:
+    config = yaml.safe_load(config_yaml)
+    [res] = [r for r in config["mcp"]["capabilities"]["resources"] if r["watch"]["strategy"]["type"] == "webhook"]
+    strategy = res["watch"]["strategy"]
+    return frozenset([strategy["token"], *strategy.get("previous_tokens", [])])
+
+
+def sample(api: Api, ns: str) -> tuple[Sample, dict[str, bytes]]:
+    """One consistent view; a view torn by a concurrent change (a Secret created or collected mid-read) is retaken."""
+    for _ in range(20):
+        try:
+            return _read_sample(api, ns)
+        except KeyError:
+            continue
+    raise AssertionError("no consistent sample in 20 tries")
+
+
+def _read_sample(api: Api, ns: str) -> tuple[Sample, dict[str, bytes]]:
+    # Read in the order objects are created: a Secret exists before anything references it.
+    t = time.monotonic()
+    dep = api.get(f"/apis/apps/v1/namespaces/{ns}/deployments/mcpg-gateway")
+    wt = api.get(f"/apis/mcpg.dev/v1alpha1/namespaces/{ns}/webhooktokens/reports-token")
+    rs_secret = {
+        rs["metadata"]["name"]: config_volume(rs)
+        for rs in api.get(f"/apis/apps/v1/namespaces/{ns}/replicasets")["items"]
+    }
+    ready_pods = [p for p in api.get(f"/api/v1/namespaces/{ns}/pods")["items"] if available(p)]
+    listed = api.get(f"/api/v1/namespaces/{ns}/secrets?labelSelector=mcpg.dev/config-hash")["items"]
+    secrets = {s["metadata"]["name"]: base64.b64decode(s["data"]["gateway.yaml"]) for s in listed}
+    pods = [webhook_tokens(secrets[rs_secret[p["metadata"]["ownerReferences"][0]["name"]]]) for p in ready_pods]
+    conds = {c["type"]: c for c in wt.get("status", {}).get("conditions", [])}
+    accepted = conds.get("TokenAccepted", {}).get("status") == "True"
+    template = webhook_tokens(secrets[config_volume(dep)])
+    return Sample(t, template, pods, accepted, wt.get("status", {}).get("currentDigest")), secrets
+
+
+def config_volume(workload: dict[str, Any]) -> str:
+    [vol] = [v for v in workload["spec"]["template"]["spec"]["volumes"] if v["name"] == "config"]
+    return str(vol["secret"]["secretName"])
+
+
+def available(pod: dict[str, Any]) -> bool:
+    conditions = pod.get("status", {}).get("conditions", [])
+    ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+    return ready and not pod["metadata"].get("deletionTimestamp")
+
+
+@pytest.fixture
+def api(control_plane: Any) -> Iterator[Api]:
+    api = Api(control_plane.kubeconfig)
+    yield api
+    api.http.close()
+
+
+def test_rotation_never_refuses_a_sender_holding_either_token(
+    control_plane: Any, operator: Path, namespace: str, api: Api, tmp_path: Path
+) -> None:
+    apply(control_plane, namespace, MANIFESTS / "webhooktoken.yaml", MANIFESTS / "webhook.yaml")
+    wait(control_plane, namespace, "--for=condition=Ready", "resourcewatch/reports-folder")
+    wait(control_plane, namespace, "--for=condition=TokenAccepted", "webhooktoken/reports-token")
+    old = base64.b64decode(get(control_plane, namespace, "secret", "reports-webhook")["data"]["token"]).decode()
+    new = "e2e-rotated-" + os.urandom(16).hex()
+    stages: dict[frozenset[str], bytes] = {}
+    samples: list[Sample] = []
+    first, secrets = sample(api, namespace)
+    stages.update({webhook_tokens(v): v for v in secrets.values()})
+    assert first.template_tokens == {old}
+    control_plane.kubectl(
+        "-n",
+        namespace,
+        "patch",
+        "secret",
+        "reports-webhook",
+        "--type",
+        "merge",
+        "-p",
+        json.dumps({"stringData": {"token": new}}),
+    )
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:  # bounded: sample until the old token is retired everywhere
+        s, secrets = sample(api, namespace)
+        samples.append(s)
+        stages.update({webhook_tokens(v): v for v in secrets.values()})
+        if s.template_tokens == {new} and all(p == {new} for p in s.pods) and len(s.pods) == 3:
+            break
+    else:
+        pytest.fail(f"rotation did not finish; last sample {samples[-1]}")
+    # Rule 5: until the retiring rollout starts (the template drops the old token), every available pod accepts it.
+    for s in samples:
+        if old in s.template_tokens:
+            assert all(old in p for p in s.pods), s
+        assert s.pods, "maxUnavailable 0: some pod is always available"
+    # Rule 3: once the status says the new token is accepted, every available pod accepts it.
+    new_digest = hashlib.sha256(new.encode()).hexdigest()[:12]
+    assert any(s.accepted and s.current_digest == new_digest for s in samples)
+    for s in samples:
+        if s.accepted and s.current_digest == new_digest:
+            assert all(new in p for p in s.pods), s
+    assert any(s.template_tokens == {old, new} for s in samples), "the both-tokens stage was never rolled out"
+    retired = get(control_plane, namespace, "webhooktoken", "reports-token")["status"]
+    assert (retired["phase"], retired["retiringCount"]) == ("Ready", 0)
+    # Each stage's exact configuration, run by a real gateway: who gets 200 and who gets 404.
+    for tokens, expected in (
+        ({old}, {old: 200, new: 404}),
+        ({old, new}, {old: 200, new: 200}),
+        ({new}, {old: 404, new: 200}),
+    ):
+        assert frozenset(tokens) in stages, f"stage {tokens} was not seen"
+        assert post_both(stages[frozenset(tokens)], old, new, tmp_path) == expected
+    # Token values never leak into status, Events, annotations or the operator's log.
+    everything = (
+        "".join(
+            control_plane.kubectl("-n", namespace, "get", kind, "-o", "yaml").stdout
+            for kind in ("resourcewatches", "webhooktokens", "events", "deployments", "replicasets")
+        )
+        + operator.read_text()
+    )
+    assert old not in everything
+    assert new not in everything
+
+
+def post_both(config_yaml: bytes, old: str, new: str, tmp_path: Path) -> dict[str, int]:
+    config = tmp_path / f"stage-{len(list(tmp_path.iterdir()))}.yaml"
+    config.write_bytes(config_yaml)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mcpg_gateway",
+            "--config",
+            str(config),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--admin-port",
+            "0",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    try:
+        port = None
+        for line in proc.stderr:  # bounded by the process: it either serves or exits
+            if "serving MCP on" in line:
+                port = int(line.split("serving MCP on ")[1].split(",")[0].rsplit(":", 1)[1])
+                break
+        assert port is not None, "the gateway did not start on the rendered configuration"
+        with httpx2.Client(base_url=f"http://127.0.0.1:{port}") as http:
+            return {t: http.post(f"/webhooks/resource-updated/{t}").status_code for t in (old, new)}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        proc.stderr.close()

@@ -1,0 +1,77 @@
+"""The gateway's Kubernetes objects: hardened, owned by every ResourceWatch, rolled by configuration hash."""
+
+from __future__ import annotations
+
+import base64
+
+import yaml
+
+from mcpg_operator import objects
+from mcpg_operator.settings import GatewayDefaults
+
+OWNERS = objects.owner_references([("b", "uid-b"), ("a", "uid-a")])
+HASH = "f" * 64
+
+
+def test_every_resourcewatch_owns_the_objects_without_blocking_deletion() -> None:
+    assert [o["name"] for o in OWNERS] == ["a", "b"]
+    assert all(o["controller"] is False and o["blockOwnerDeletion"] is False for o in OWNERS)
+    for obj in (
+        objects.service_account("ns", OWNERS),
+        objects.service("ns", OWNERS),
+        objects.deployment("ns", HASH, GatewayDefaults(), OWNERS),
+        objects.config_secret("ns", {}, HASH, OWNERS),
+    ):
+        assert obj["metadata"]["ownerReferences"] == OWNERS
+        assert obj["metadata"]["namespace"] == "ns"
+
+
+def test_the_configuration_secret_is_immutable_and_named_by_its_hash() -> None:
+    config = {"mcp": {"capabilities": {"resources": []}}}
+    secret = objects.config_secret("ns", config, HASH, OWNERS)
+    assert secret["immutable"] is True
+    assert secret["metadata"]["name"] == "mcpg-gateway-config-" + HASH[:16]
+    assert yaml.safe_load(base64.b64decode(secret["data"]["gateway.yaml"])) == config
+
+
+def test_the_pod_template_names_the_configuration_by_hash() -> None:
+    template = objects.deployment("ns", HASH, GatewayDefaults(), OWNERS)["spec"]["template"]
+    assert template["metadata"]["annotations"][objects.HASH_ANNOTATION] == HASH
+    [config_volume] = [v for v in template["spec"]["volumes"] if v["name"] == "config"]
+    assert config_volume["secret"]["secretName"] == objects.config_secret_name(HASH)
+
+
+def test_the_deployment_rolls_without_ever_dropping_below_its_replicas() -> None:
+    spec = objects.deployment("ns", HASH, GatewayDefaults(replicas=3), OWNERS)["spec"]
+    assert spec["replicas"] == 3
+    assert spec["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
+
+
+def test_the_gateway_pod_is_hardened_and_has_no_api_token() -> None:
+    pod = objects.deployment("ns", HASH, GatewayDefaults(), OWNERS)["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    [container] = pod["containers"]
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert objects.service_account("ns", OWNERS)["automountServiceAccountToken"] is False
+
+
+def test_operator_defaults_reach_the_gateway() -> None:
+    d = GatewayDefaults(image="reg/gw:1", replicas=2, admin_token_secret="adm", log_format="json")
+    [container] = objects.deployment("ns", HASH, d, OWNERS)["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "reg/gw:1"
+    env = {e["name"]: e for e in container["env"]}
+    assert env["MCPG_ADMIN_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "adm", "key": "token", "optional": True}
+    assert env["MCPG_LOG_FORMAT"]["value"] == "json"
+
+
+def test_the_service_exposes_the_public_and_admin_ports() -> None:
+    ports = {p["name"]: p["port"] for p in objects.service("ns", OWNERS)["spec"]["ports"]}
+    assert ports == {"http": 8080, "admin": 9090}

@@ -1,0 +1,151 @@
+"""Rendering a namespace's gateway configuration from ResourceWatches, WebhookTokens and Secrets."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mcpg_gateway import loading
+from mcpg_operator import conditions as c
+from mcpg_operator import render
+from mcpg_operator.rotation import Retiring, TokenState
+from mcpg_operator.settings import GatewayDefaults
+
+MANIFESTS = Path(__file__).parents[3] / "examples" / "manifests"
+DEFAULTS = GatewayDefaults(allowed_origins=["https://app.example"], nats_url="nats://nats:4222")
+SECRETS = {"google-api": {"token": "Bearer g"}, "inventory-db": {"url": "postgres://u:p@db/app"}}
+
+
+def watch(name: str, spec: dict[str, Any], created: str = "2026-01-01T00:00:00Z") -> render.WatchObject:
+    return render.WatchObject(name, f"uid-{name}", 1, created, spec)
+
+
+def example(name: str) -> render.WatchObject:
+    doc = yaml.safe_load((MANIFESTS / f"{name}.yaml").read_text())
+    return watch(doc["metadata"]["name"], doc["spec"])
+
+
+def hook(name: str, token: str, created: str = "2026-01-01T00:00:00Z", uri: str | None = None) -> render.WatchObject:
+    spec = {
+        "uri": uri or f"x://{name}",
+        "backend": {"http": {"url": "http://u/"}},
+        "watch": {"webhook": {"tokenRef": {"name": token}}},
+    }
+    return watch(name, spec, created)
+
+
+def tokens(**states: TokenState) -> dict[str, render.TokenObject]:
+    return {name: render.TokenObject(name, state) for name, state in states.items()}
+
+
+def test_every_example_manifest_renders_into_a_configuration_the_gateway_accepts() -> None:
+    examples = [example(p.stem) for p in sorted(MANIFESTS.glob("*.yaml")) if p.stem != "webhooktoken"]
+    plan = render.plan(examples, tokens(**{"reports-token": TokenState(current="tok")}), SECRETS, DEFAULTS)
+    assert {name: v.reason for name, v in plan.verdicts.items() if not v.served} == {}
+    cfg = loading.load_dict(plan.config, environ={})
+    assert len(cfg.mcp.capabilities.resources) + len(cfg.mcp.capabilities.resource_templates) == len(examples)
+    assert cfg.gateway.server.allowed_origins == ["https://app.example"]
+
+
+def test_secret_references_are_resolved_into_the_rendered_configuration() -> None:
+    plan = render.plan([example("poll"), example("postgres-listen-notify")], {}, SECRETS, DEFAULTS)
+    by_name = {r["name"]: r for r in plan.config["mcp"]["capabilities"]["resources"]}
+    poll, pg = by_name["reports.folder.poll"], by_name["inventory-pg"]
+    assert poll["backend"]["headers"] == {"Authorization": "Bearer g"}
+    assert pg["watch"]["strategy"] == {
+        "type": "postgres_listen_notify",
+        "url": "postgres://u:p@db/app",
+        "channel": "inventory_changed",
+    }
+
+
+def test_a_webhook_renders_the_current_token_and_every_retiring_one() -> None:
+    state = TokenState(current="new", retiring=(Retiring("old", 1.0),))
+    plan = render.plan([hook("a", "t")], tokens(t=state), {}, DEFAULTS)
+    strategy = plan.config["mcp"]["capabilities"]["resources"][0]["watch"]["strategy"]
+    assert strategy == {"type": "webhook", "token": "new", "previous_tokens": ["old"]}
+
+
+def test_a_plugin_receives_its_config_as_the_rest_of_its_spec() -> None:
+    plan = render.plan([example("plugin")], {}, {}, DEFAULTS)
+    strategy = plan.config["mcp"]["capabilities"]["resources"][0]["watch"]["strategy"]
+    assert strategy == {"type": "plugin", "kind": "twilio_inbound", "kinds": ["sms", "voice"]}
+
+
+def test_no_strategy_means_poll_every_60_seconds() -> None:
+    plan = render.plan([watch("w", {"uri": "x://w", "backend": {"http": {"url": "http://u/"}}})], {}, {}, DEFAULTS)
+    assert plan.config["mcp"]["capabilities"]["resources"][0]["watch"]["strategy"] == {
+        "type": "poll",
+        "interval_ms": 60000,
+    }
+    assert plan.verdicts["w"].strategy == "poll"
+
+
+def test_a_missing_secret_leaves_the_watch_out_and_says_which() -> None:
+    plan = render.plan([example("poll")], {}, {}, DEFAULTS)
+    verdict = plan.verdicts["reports-folder-poll"]
+    assert (verdict.served, verdict.reason, verdict.stalled) == (False, c.SECRET_NOT_FOUND, False)
+    assert verdict.message == "Secret google-api does not exist in this namespace"
+    assert plan.config["mcp"]["capabilities"]["resources"] == []
+
+
+def test_a_missing_or_empty_webhook_token_waits_for_it() -> None:
+    missing = render.plan([hook("a", "nope")], {}, {}, DEFAULTS).verdicts["a"]
+    pending = render.plan([hook("a", "t")], tokens(t=TokenState()), {}, DEFAULTS).verdicts["a"]
+    assert (missing.reason, pending.reason) == (c.WEBHOOK_TOKEN_NOT_FOUND, c.TOKEN_PENDING)
+
+
+def test_the_later_of_two_watches_sharing_a_token_is_refused_naming_the_other() -> None:
+    early, late = hook("early", "t", "2026-01-01T00:00:00Z"), hook("late", "t", "2026-01-02T00:00:00Z")
+    plan = render.plan([late, early], tokens(t=TokenState(current="s")), {}, DEFAULTS)
+    assert plan.verdicts["early"].served
+    assert plan.verdicts["late"].reason == c.TOKEN_CONFLICT
+    assert "ResourceWatch early" in plan.verdicts["late"].message
+    assert [r["name"] for r in plan.config["mcp"]["capabilities"]["resources"]] == ["early"]
+
+
+def test_two_webhook_tokens_holding_the_same_value_conflict_too() -> None:
+    plan = render.plan(
+        [hook("a", "t1"), hook("b", "t2", "2026-01-02T00:00:00Z")],
+        tokens(t1=TokenState(current="same"), t2=TokenState(current="other", retiring=(Retiring("same", 1),))),
+        {},
+        DEFAULTS,
+    )
+    assert plan.verdicts["b"].reason == c.TOKEN_CONFLICT
+
+
+def test_the_later_of_two_watches_with_one_uri_is_refused() -> None:
+    plan = render.plan([hook("a", "t1", uri="x://same"), hook("b", "t2", "2026-02-01T00:00:00Z", uri="x://same")],
+                       tokens(t1=TokenState(current="1"), t2=TokenState(current="2")), {}, DEFAULTS)  # fmt: skip
+    assert plan.verdicts["b"].reason == c.URI_CONFLICT
+    assert "ResourceWatch a" in plan.verdicts["b"].message
+
+
+def test_an_invalid_spec_is_stalled_with_a_message_naming_the_field() -> None:
+    bad = watch("bad", {"uri": "x://b", "uriTemplate": "x://{y}", "backend": {"http": {"url": "http://u/"}}})
+    verdict = render.plan([bad], {}, {}, DEFAULTS).verdicts["bad"]
+    assert (verdict.served, verdict.reason, verdict.stalled) == (False, c.INVALID_SPEC, True)
+    assert "set exactly one of uri" in verdict.message
+
+
+def test_what_only_the_gateway_knows_is_invalid_is_caught_before_rendering() -> None:
+    spec = {"uri": "x://e", "backend": {"http": {"url": "http://u/${env.SECRET}"}}}
+    verdict = render.plan([watch("e", spec)], {}, {}, DEFAULTS).verdicts["e"]
+    assert verdict.stalled
+    assert "environment variable SECRET" in verdict.message
+
+
+def test_the_hash_is_stable_and_moves_with_any_token() -> None:
+    a = render.plan([hook("a", "t")], tokens(t=TokenState(current="x")), {}, DEFAULTS)
+    b = render.plan([hook("a", "t")], tokens(t=TokenState(current="x")), {}, DEFAULTS)
+    c2 = render.plan([hook("a", "t")], tokens(t=TokenState(current="x", retiring=(Retiring("y", 1),))), {}, DEFAULTS)
+    assert a.hash == b.hash != c2.hash
+
+
+def test_status_shows_a_short_digest_never_the_token() -> None:
+    digest = render.token_digest("s3cret")
+    assert digest == hashlib.sha256(b"s3cret").hexdigest()[:12]
+    assert "s3cret" not in digest

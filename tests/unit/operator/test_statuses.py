@@ -1,0 +1,65 @@
+"""What users read in `kubectl get`: phases, conditions and digests computed from rotation state."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mcpg_operator import models, render, statuses, tokens
+from mcpg_operator.rotation import Retiring, TokenState
+
+WT = {"metadata": {"name": "t", "generation": 4}, "status": {"currentAcceptedAt": "2026-01-01T00:00:00Z"}}
+
+
+def source(spec: models.WebhookTokenSpec | None = None) -> tokens.TokenSource:
+    spec = spec or models.WebhookTokenSpec.model_validate({"secretRef": {"name": "s"}, "gracePeriodSeconds": 30})
+    return tokens.TokenSource("t", "uid", 4, spec, None, None, TokenState())
+
+
+def conditions(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+
+
+def test_a_rolling_token_clears_the_previous_acceptance_time_and_is_not_ready() -> None:
+    status = statuses.token_status(WT, source(), TokenState(current="new", retiring=(Retiring("old", 10.0),)))
+    assert status["phase"] == "Rolling"
+    assert status["currentAcceptedAt"] is None  # a merge patch with None removes the old token's timestamp
+    assert conditions(status)["TokenAccepted"] == ("False", "Rotating")
+    assert status["retiring"] == [{"digest": render.token_digest("old"), "replacedAt": "1970-01-01T00:00:10Z"}]
+
+
+def test_a_retiring_token_shows_when_it_will_be_dropped_and_only_digests() -> None:
+    state = TokenState(current="new", current_accepted_at=100.0, retiring=(Retiring("old", 10.0, 100.0),))
+    status = statuses.token_status(WT, source(), state)
+    assert status["phase"] == "Retiring"
+    assert status["retiring"][0]["retireAfter"] == "1970-01-01T00:02:10Z"  # rolled out at 100 s + 30 s grace
+    assert conditions(status)["Ready"] == ("True", "RetiringOldTokens")
+    assert "new" not in str(status).replace(render.token_digest("new"), "")
+    assert status["observedGeneration"] == 4
+
+
+def test_a_missing_secret_says_how_to_fix_it() -> None:
+    status = statuses.token_status(WT, source(), TokenState())
+    assert status["phase"] == "Pending"
+    assert conditions(status)["Ready"] == ("False", "SecretNotFound")
+    [ready] = [c for c in status["conditions"] if c["type"] == "Ready"]
+    assert ready["message"] == "Secret s with key token is missing; create it, or set generate: true"
+    assert "Stalled" not in conditions(status)
+
+
+def test_a_watch_is_ready_only_once_the_rollout_carrying_it_has_completed() -> None:
+    rw = {"metadata": {"name": "w", "generation": 2}}
+    verdict = render.Verdict(True, "Served", "served", False, "poll", "x://w")
+    rolling = statuses.watch_status(rw, verdict, "a" * 64, rolled_out=False)
+    done = statuses.watch_status(rw, verdict, "a" * 64, rolled_out=True)
+    assert conditions(rolling)["Ready"] == ("False", "RollingOut")
+    assert conditions(rolling)["Reconciling"][0] == "True"
+    assert conditions(done)["Ready"] == ("True", "Served")
+    assert done["configHash"] == "a" * 16
+
+
+def test_an_invalid_watch_is_stalled_and_keeps_no_stale_fields() -> None:
+    rw = {"metadata": {"name": "w", "generation": 1}, "status": {"configHash": "old"}}
+    verdict = render.Verdict(False, "InvalidSpec", "spec.uri: bad", True)
+    status = statuses.watch_status(rw, verdict, "a" * 64, rolled_out=True)
+    assert conditions(status)["Stalled"] == ("True", "InvalidSpec")
+    assert status["configHash"] is None
