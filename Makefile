@@ -14,10 +14,12 @@ export XDG_RUNTIME_DIR ?= /tmp
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
-$(BIN)/.installed: pyproject.toml
+$(BIN)/.installed: pyproject.toml tests/plugins/mcpg_test_plugin/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test]'
+	# A real watch-strategy plugin, installed as an entry point so the plugin tests load it as users' plugins load.
+	$(BIN)/pip install -q -e tests/plugins/mcpg_test_plugin
 	touch $@
 
 .PHONY: venv

@@ -11,7 +11,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from mcpg_gateway import backends, catalog, config, strategies, watchers, webhooks
+from mcpg_gateway import backends, catalog, config, identity, policy, strategies, watchers, webhooks
 from mcpg_gateway.errors import ConfigError
 from mcpg_gateway.metrics import Metrics
 from mcpg_gateway.strategies import base
@@ -38,12 +38,14 @@ class Gateway:
         self.options = options or Options()
         self.metrics = Metrics()
         self.catalog = catalog.Catalog(cfg.mcp.capabilities)
+        self.identity = identity.Identity(cfg.gateway.auth)
+        self.policies = policy.Policies(cfg.mcp.capabilities, self.metrics)
         self.reader = backends.HttpReader()
-        self.shared: dict[str, Any] = {}
+        self.shared: dict[str, Any] = strategies.shared_clients(cfg)
         factories = self.options.factories or strategies.builtin_factories()
         check_strategies(cfg, factories)
         build = watchers.build_with(factories, self._read_bytes, self.options.clock, self.shared)
-        self.registry = watchers.WatchRegistry(build, self.metrics, self.options.clock)
+        self.registry = watchers.WatchRegistry(build, self.metrics, self.options.clock, self.policies.should_tell)
         self.tokens = webhooks.build_index(cfg.mcp.capabilities.resources)
         self.listeners: set[Subscriber] = set()
         self.closing = asyncio.Event()
@@ -90,6 +92,7 @@ class Gateway:
     async def aclose(self) -> None:
         self.end_listen_streams()
         await self.registry.close()
+        await strategies.close_shared(self.shared)
         await self.reader.close()
 
 
@@ -104,5 +107,8 @@ def check_strategies(cfg: config.GatewayConfig, factories: dict[str, base.Strate
                     f"{entry.watch.strategy.type!r} is not available in this gateway (available: "
                     f"{', '.join(sorted(factories))})"
                 )
+            elif entry.watch is not None:
+                where = f"mcp.capabilities.{kind}[{i}].watch.strategy"
+                problems.extend(f"{where}.{p}" for p in strategies.spec_problems(entry.watch.strategy, cfg, factories))
     if problems:
         raise ConfigError(problems)

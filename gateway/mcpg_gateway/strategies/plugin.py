@@ -1,0 +1,133 @@
+"""plugin: watch strategies from other distributions, found through the `mcpg.watch_strategies` entry points.
+
+The plugin API. An entry point in group `mcpg.watch_strategies` names a class (any callable works) with:
+
+- `kind() -> str`, a staticmethod or classmethod: the discriminator a watch selects with `kind: <that>`;
+- a constructor `(spec: dict[str, Any], ctx: WatchContext)` returning a `WatchStrategy` (`start`, `run`,
+  `close`; see `strategies/base.py`). `spec` is the whole strategy block as a fresh dict: `type`, `kind` and
+  every other field the manifest gave (`kinds: [sms, voice]`, ...). `ctx.clock` is the clock to sleep on,
+  `ctx.stats` records failed reads, `ctx.binding.uri` is the watched URI.
+
+Raise `mcpg_gateway.errors.StrategyError` from the constructor or `start` to refuse a subscription with a
+message the client sees; any other exception refuses it with the exception's type name only. Entry points
+are loaded once when the gateway starts (never at import), and a watch naming a kind no installed plugin
+provides stops the gateway at start-up with the installed kinds listed.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+from mcpg_gateway import config
+from mcpg_gateway.errors import StrategyError
+from mcpg_gateway.strategies import base
+
+logger = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "mcpg.watch_strategies"
+
+
+class WatchStrategyPlugin(Protocol):
+    """What an entry point must load: a class with a `kind()` discriminator that builds a `WatchStrategy`."""
+
+    def kind(self) -> str: ...
+
+    def __call__(self, spec: dict[str, Any], ctx: base.WatchContext) -> base.WatchStrategy: ...
+
+
+class EntryPoint(Protocol):
+    """The part of `importlib.metadata.EntryPoint` used here (tests pass stand-ins)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def value(self) -> str: ...
+
+    def load(self) -> Any: ...
+
+
+class PluginRegistry:
+    """The installed plugins by kind; as a strategy factory it builds the watch a `plugin` spec asks for."""
+
+    def __init__(self, plugins: dict[str, WatchStrategyPlugin], broken: list[str]) -> None:
+        self._plugins = plugins
+        self.broken = broken
+        """One line per entry point that could not be used, shown when a watch needs a missing kind."""
+
+    @classmethod
+    def load(cls, entry_points: Iterable[EntryPoint] | None = None) -> PluginRegistry:
+        eps = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP) if entry_points is None else entry_points
+        plugins: dict[str, WatchStrategyPlugin] = {}
+        providers: dict[str, str] = {}
+        broken: list[str] = []
+        for ep in eps:
+            try:
+                plugin = ep.load()
+                kind = _kind_of(plugin)
+            except Exception as e:  # isolation boundary: one broken plugin must not hide the others
+                broken.append(f"entry point {ep.name!r} ({ep.value}): {type(e).__name__}: {e}")
+                logger.warning("watch-strategy plugin %s (%s) is unusable: %s", ep.name, ep.value, e)
+                continue
+            if kind in providers:
+                broken.append(f"kind {kind!r} is provided by both {providers[kind]!r} and {ep.name!r}")
+                plugins.pop(kind, None)
+                continue
+            providers[kind] = ep.name
+            plugins[kind] = plugin
+        return cls(plugins, broken)
+
+    @property
+    def kinds(self) -> list[str]:
+        return sorted(self._plugins)
+
+    def problem(self, kind: str) -> str | None:
+        """Why a watch with `kind: <kind>` cannot run here, or None if a plugin provides it."""
+        if kind in self._plugins:
+            return None
+        installed = ", ".join(self.kinds) or "none"
+        problem = f"no installed watch-strategy plugin has kind {kind!r} (installed kinds: {installed})"
+        if self.broken:
+            problem += f"; unusable plugins: {'; '.join(self.broken)}"
+        return problem
+
+    def __call__(self, spec: config.PluginStrategy, ctx: base.WatchContext) -> base.WatchStrategy:
+        return PluginWatch(self._plugins[spec.kind], spec, ctx)
+
+
+def _kind_of(plugin: Any) -> str:
+    kind_fn = getattr(plugin, "kind", None)
+    if not callable(kind_fn) or not callable(plugin):
+        raise TypeError("expected a class with kind() and a (spec, ctx) constructor")
+    kind = kind_fn()
+    if not isinstance(kind, str) or not kind:
+        raise TypeError(f"kind() returned {kind!r}, not a non-empty string")
+    return kind
+
+
+class PluginWatch:
+    """Builds the plugin's strategy in `start`, so a plugin that cannot be built refuses the subscription."""
+
+    def __init__(self, plugin: WatchStrategyPlugin, spec: config.PluginStrategy, ctx: base.WatchContext) -> None:
+        self._plugin, self._spec, self._ctx = plugin, spec, ctx
+        self._inner: base.WatchStrategy | None = None
+
+    async def start(self) -> None:
+        try:
+            self._inner = self._plugin(self._spec.model_dump(), self._ctx)
+        except StrategyError:
+            raise
+        except Exception as e:  # isolation boundary: a plugin's bug refuses its own subscribers only
+            raise StrategyError(f"plugin {self._spec.kind!r} could not be set up ({type(e).__name__})") from e
+        await self._inner.start()
+
+    async def run(self, fire: base.Fire) -> None:
+        assert self._inner is not None, "run() only follows a successful start()"
+        await self._inner.run(fire)
+
+    async def close(self) -> None:
+        if self._inner is not None:
+            await self._inner.close()
