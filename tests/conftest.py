@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -186,13 +187,32 @@ def resource(
     return entry
 
 
+ANONYMOUS_AUTH: dict[str, Any] = {"anonymous": {"enabled": True}}
+"""Anonymous access, said explicitly as the gateway requires: for the tests that are not about identity."""
+
+
 def gateway_config(
-    *resources: dict[str, Any], templates: list[dict[str, Any]] | None = None, **server: Any
+    *resources: dict[str, Any],
+    templates: list[dict[str, Any]] | None = None,
+    auth: dict[str, Any] | None = None,
+    **server: Any,
 ) -> dict[str, Any]:
     caps: dict[str, Any] = {"resources": list(resources)}
     if templates:
         caps["resource_templates"] = templates
-    return {"mcp": {"capabilities": caps}, "gateway": {"server": server}}
+    return {
+        "mcp": {"capabilities": caps},
+        "gateway": {"server": server, "auth": ANONYMOUS_AUTH if auth is None else auth},
+    }
+
+
+def principal(token: str, principal_id: str, **fields: Any) -> dict[str, Any]:
+    """One `gateway.auth.principals[]` entry: the configuration holds the token's SHA-256, never the token."""
+    return {"token_sha256": hashlib.sha256(token.encode()).hexdigest(), "principal_id": principal_id, **fields}
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
 
 
 # --- MCP clients, both protocol eras --------------------------------------------------------------------------
@@ -275,20 +295,24 @@ async def listen_client(
 
 
 @contextlib.asynccontextmanager
-async def subscribed(url: str, mode: str, uri: str) -> AsyncIterator[Subscription]:
-    """A client of either era, already subscribed to `uri`."""
+async def subscribed(
+    url: str, mode: str, uri: str | list[str], headers: dict[str, str] | None = None
+) -> AsyncIterator[Subscription]:
+    """A client of either era, already subscribed to `uri` (or to each of a list, in order)."""
+    uris = [uri] if isinstance(uri, str) else uri
     if mode == "legacy":
-        async with legacy_client(url) as sub:
-            await subscribe(sub, uri)
+        async with legacy_client(url, headers) as sub:
+            for one in uris:
+                await subscribe(sub, one)
             yield sub
     else:
-        async with listen_client(url, [uri]) as sub:
+        async with listen_client(url, uris, headers) as sub:
             yield sub
 
 
-async def refusal(url: str, mode: str, uris: list[str]) -> MCPError:
+async def refusal(url: str, mode: str, uris: list[str], headers: dict[str, str] | None = None) -> MCPError:
     """Subscribe (legacy) or listen (modern) and return the JSON-RPC error the gateway answered with."""
-    async with httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=300)) as http:
+    async with httpx2.AsyncClient(headers=headers or {}, timeout=httpx2.Timeout(30, read=300)) as http:
         client_mode = "legacy" if mode == "legacy" else "auto"
         async with Client(streamable_http_client(url, http_client=http), mode=client_mode) as client:
             try:

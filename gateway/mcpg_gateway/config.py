@@ -2,7 +2,9 @@
 
 The operator renders exactly this model into a Secret; a standalone gateway loads it from YAML. The shape is
 the one the watching guide uses (`mcp.capabilities.resources[].watch.strategy`), snake_case on the wire.
-Secrets (header values, webhook tokens, database URLs) are `SecretStr` so no repr or log can print them.
+Secrets (header values, webhook tokens, database URLs) are `SecretStr` so no repr or log can print them; client
+bearer tokens never appear at all, only their SHA-256 digests. CEL expressions (read policies, notification
+filters) are plain strings here: they are compiled by the gateway (`policy.py`), so this model needs no CEL.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 POLL_FLOOR_MS = 10_000
 """No poll-shaped watch runs more often than this: a misconfigured watcher cannot hammer a backend."""
@@ -107,8 +109,17 @@ Strategy = Annotated[
 STRATEGY_TYPES = ("poll", "webhook", "nats_topic", "postgres_listen_notify", "sql_polling", "plugin")
 
 
+SUBJECT_ID = "subject_id"
+"""The template variable (or the resource field) that names the person a per-person resource belongs to."""
+
+
 class NotificationFilter(_Model):
-    """Who among a URI's subscribers is told when it fires. Not an access control: see the README."""
+    """Who among a URI's subscribers is told when it fires. Not an access control: see the README.
+
+    `all`: every subscriber. `subject_id`: only the subscriber whose principal_id is the resource's subject (the
+    `{subject_id}` template variable of the concrete URI, or the resource's `subject_id` field). `expression`: a
+    CEL expression over `subscriber.*` and `event.uri` that must be true.
+    """
 
     scope: Literal["all", "subject_id", "expression"] = "all"
     expression: str | None = None
@@ -127,22 +138,53 @@ class WatchConfig(_Model):
     notification_filter: NotificationFilter = Field(default_factory=NotificationFilter)
 
 
-class ResourceConfig(_Model):
+def _filter_scope(watch: WatchConfig | None) -> str:
+    return watch.notification_filter.scope if watch is not None else "all"
+
+
+class _Entry(_Model):
+    """What a resource and a resource template share."""
+
     name: str = Field(min_length=1)
     description: str = ""
+    mime_type: str | None = None
+    backend: Backend
+    watch: WatchConfig | None = None
+    read_policy: str | None = Field(default=None, min_length=1)
+    """CEL over `subscriber.*` and `resource.*` (a template's variables as `resource.variables.<name>`); true
+    allows read, subscribe and listen. None: any authenticated caller."""
+
+
+class ResourceConfig(_Entry):
     uri: str = Field(min_length=1)
-    mime_type: str | None = None
-    backend: Backend
-    watch: WatchConfig | None = None
+    subject_id: str | None = Field(default=None, min_length=1)
+    """The principal this resource is about: what `scope: subject_id` and `resource.subject_id` compare with."""
+
+    @model_validator(mode="after")
+    def _subject_scope_needs_a_subject(self) -> ResourceConfig:
+        if _filter_scope(self.watch) == SUBJECT_ID and self.subject_id is None:
+            raise ValueError(
+                "notification_filter scope 'subject_id' on a resource needs a 'subject_id' field naming "
+                "the principal it belongs to"
+            )
+        return self
 
 
-class ResourceTemplateConfig(_Model):
-    name: str = Field(min_length=1)
-    description: str = ""
+class ResourceTemplateConfig(_Entry):
     uri_template: str = Field(min_length=1)
-    mime_type: str | None = None
-    backend: Backend
-    watch: WatchConfig | None = None
+
+    @property
+    def has_subject(self) -> bool:
+        return "{" + SUBJECT_ID + "}" in self.uri_template
+
+    @model_validator(mode="after")
+    def _subject_scope_needs_the_variable(self) -> ResourceTemplateConfig:
+        if _filter_scope(self.watch) == SUBJECT_ID and not self.has_subject:
+            raise ValueError(
+                "notification_filter scope 'subject_id' on a resource template needs a '{subject_id}' "
+                "variable in uri_template: its value in the concrete URI is the subject"
+            )
+        return self
 
     @model_validator(mode="after")
     def _no_webhook_on_templates(self) -> ResourceTemplateConfig:
@@ -200,9 +242,63 @@ class NatsConfig(_Model):
     """Default server for nats_topic watches that name none."""
 
 
+class _PrincipalFields(_Model):
+    """What policies and filters see of a principal, as `subscriber.<field>`."""
+
+    trust_level: str = ""
+    roles: list[str] = Field(default_factory=list)
+    groups: list[str] = Field(default_factory=list)
+    scopes: list[str] = Field(default_factory=list)
+    attributes: dict[str, str] = Field(default_factory=dict)
+
+
+class PrincipalConfig(_PrincipalFields):
+    """A client identity. Only the SHA-256 (hex) of its bearer token is configured, never the token."""
+
+    principal_id: str = Field(min_length=1)
+    token_sha256: str = Field(pattern=r"^[0-9a-fA-F]{64}$")
+
+    @field_validator("token_sha256")
+    @classmethod
+    def _lowercase(cls, value: str) -> str:
+        return value.lower()
+
+
+class AnonymousConfig(_PrincipalFields):
+    """A request with no Authorization header acts as this principal, only when `enabled` is true."""
+
+    enabled: bool = False
+    principal_id: str = Field(default="anonymous", min_length=1)
+
+
+class AuthConfig(_Model):
+    """Who may use /mcp. No principals and anonymous disabled (the default) refuses every client with 401."""
+
+    anonymous: AnonymousConfig = Field(default_factory=AnonymousConfig)
+    principals: list[PrincipalConfig] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _unique(self) -> AuthConfig:
+        ids: dict[str, str] = {self.anonymous.principal_id: "anonymous"} if self.anonymous.enabled else {}
+        digests: dict[str, int] = {}
+        for i, p in enumerate(self.principals):
+            if p.principal_id in ids:
+                raise ValueError(
+                    f"principals[{i}].principal_id: {p.principal_id!r} is already used by {ids[p.principal_id]}"
+                )
+            if p.token_sha256 in digests:
+                raise ValueError(
+                    f"principals[{i}].token_sha256: the same token digest as principals[{digests[p.token_sha256]}]"
+                )
+            ids[p.principal_id] = f"principals[{i}]"
+            digests[p.token_sha256] = i
+        return self
+
+
 class GatewaySection(_Model):
     server: ServerConfig = Field(default_factory=ServerConfig)
     nats: NatsConfig = Field(default_factory=NatsConfig)
+    auth: AuthConfig = Field(default_factory=AuthConfig)
 
 
 class GatewayConfig(_Model):

@@ -1,5 +1,8 @@
 """The two HTTP surfaces. Public (8080): /mcp, the webhook route, health. Admin (9090): /metrics, /admin/v1/*.
 
+/mcp checks the Origin first, then the bearer token (`identity.protect`: the SDK's auth middleware); the webhook
+route is gated by its token in the path and health by nothing.
+
 The MCP session manager is not tied to a Starlette lifespan here: `serving.py` enters it around both servers,
 so a shutdown can answer listen streams first and close sessions before the HTTP servers stop.
 """
@@ -18,7 +21,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mcpg_gateway import webhooks
+from mcpg_gateway import identity, webhooks
 from mcpg_gateway.service import Gateway
 
 
@@ -39,7 +42,7 @@ class OriginGuard:
 
 def public_app(gw: Gateway, manager: StreamableHTTPSessionManager) -> Starlette:
     allowed = gw.config.gateway.server.allowed_origins
-    mcp_endpoint = OriginGuard(StreamableHTTPASGIApp(manager), allowed)
+    mcp_endpoint = OriginGuard(identity.protect(StreamableHTTPASGIApp(manager), gw.identity, gw.metrics), allowed)
     routes = [
         Route("/mcp", endpoint=mcp_endpoint),
         Route("/webhooks/resource-updated/{token}", endpoint=_webhook_endpoint(gw), methods=["POST"]),

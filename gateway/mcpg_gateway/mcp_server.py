@@ -4,6 +4,10 @@ Handshake-era clients subscribe on a stateful session and are told on the sessio
 clients open `subscriptions/listen`, whose response is the stream. Both become `Subscriber`s of the same
 watch registry. A subscription is refused up front (before any acknowledgement) when its URI is unknown,
 has no watch, or its watch cannot take a baseline.
+
+Every handler acts for the principal the SDK's auth context names, stored on the subscriber at subscribe or
+listen time. The read policy gates read, subscribe and each listened URI, and is checked before anything else
+about the URI, so a refusal is word for word the "unknown resource" error: it cannot reveal that a URI exists.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 
 from mcpg_gateway import catalog, errors
 from mcpg_gateway.errors import ReadError, StrategyError
+from mcpg_gateway.identity import Principal
 from mcpg_gateway.service import Gateway
 from mcpg_gateway.subscribers import OutboxClosed, Subscriber
 
@@ -60,10 +65,13 @@ class _Handlers:
         self.gw = gw
 
     async def list_resources(self, ctx: Ctx, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
+        principal = self._caller()
+        # Listing only what the caller may read keeps the refusal's promise: existence is not revealed.
         return types.ListResourcesResult(
             resources=[
                 types.Resource(name=r.name, uri=r.uri, description=r.description or None, mime_type=r.mime_type)
                 for r in self.gw.catalog.resources
+                if self.gw.policies.may_read(principal, catalog.Binding(r.uri, r))
             ]
         )
 
@@ -83,7 +91,7 @@ class _Handlers:
         )
 
     async def read(self, ctx: Ctx, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
-        binding = self._resolve(str(params.uri))
+        binding = self._readable(str(params.uri), self._caller())
         try:
             content = await self.gw.reader.read(binding)
         except ReadError as e:
@@ -91,8 +99,9 @@ class _Handlers:
         return types.ReadResourceResult(contents=[_contents(binding.uri, content.body, content.mime_type)])
 
     async def subscribe(self, ctx: Ctx, params: types.SubscribeRequestParams) -> types.EmptyResult:
-        binding = self._watchable(str(params.uri))
-        sub = self._session_subscriber(ctx)
+        principal = self._caller()
+        binding = self._watchable(str(params.uri), principal)
+        sub = self._session_subscriber(ctx, principal)
         await self._join(binding, sub)
         return types.EmptyResult()
 
@@ -108,9 +117,10 @@ class _Handlers:
             raise MCPError(types.INVALID_REQUEST, "subscriptions/listen requires a request id")
         if self.gw.closing.is_set():
             raise MCPError(types.INTERNAL_ERROR, "the gateway is shutting down; listen again on another replica")
+        principal = self._caller()
         wanted = list(dict.fromkeys(params.notifications.resource_subscriptions or []))
-        bindings = [self._watchable(uri) for uri in wanted]  # all-or-nothing, before any acknowledgement
-        sub = Subscriber("listen")
+        bindings = [self._watchable(uri, principal) for uri in wanted]  # all-or-nothing, before any acknowledgement
+        sub = Subscriber("listen", principal)
         self.gw.open_subscriber(sub)
         meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: rid}
         try:
@@ -143,14 +153,21 @@ class _Handlers:
             await ctx.session.send_notification(note, related_request_id=rid)
             self.gw.metrics.notifications_sent.labels(strategy).inc()
 
-    def _resolve(self, uri: str) -> catalog.Binding:
+    def _caller(self) -> Principal:
+        principal = self.gw.identity.current()
+        if principal is None:  # only reachable if /mcp were served without identity.protect: fail closed
+            raise MCPError(types.INVALID_REQUEST, "authentication required")
+        return principal
+
+    def _readable(self, uri: str, principal: Principal) -> catalog.Binding:
+        """The binding of `uri` if `principal` may read it; otherwise exactly the unknown-resource error."""
         binding = self.gw.catalog.resolve(uri)
-        if binding is None:
+        if binding is None or not self.gw.policies.may_read(principal, binding):
             raise MCPError(types.INVALID_PARAMS, f"unknown resource: {uri}")
         return binding
 
-    def _watchable(self, uri: str) -> catalog.Binding:
-        binding = self._resolve(uri)
+    def _watchable(self, uri: str, principal: Principal) -> catalog.Binding:
+        binding = self._readable(uri, principal)
         if binding.watch is None:
             raise MCPError(errors.NOT_SUBSCRIBABLE, f"{uri} has no watch configured, so it cannot be subscribed")
         return binding
@@ -161,13 +178,16 @@ class _Handlers:
         except StrategyError as e:
             raise MCPError(errors.WATCH_START_FAILED, f"the watch could not start: {e}") from None
 
-    def _session_subscriber(self, ctx: Ctx) -> Subscriber:
+    def _session_subscriber(self, ctx: Ctx, principal: Principal) -> Subscriber:
         """The subscriber of this handshake-era session, created with its sender task on first use."""
         conn = _connection(ctx)
         sub = conn.state.get(_SESSION_KEY)
         if isinstance(sub, Subscriber):
+            if sub.principal is None or sub.principal.principal_id != principal.principal_id:
+                # The SDK binds a session to its creator's credential; this guards that promise, not a real path.
+                raise MCPError(types.INVALID_REQUEST, "this session belongs to another principal")
             return sub
-        sub = Subscriber("session")
+        sub = Subscriber("session", principal)
         conn.state[_SESSION_KEY] = sub
         self.gw.open_subscriber(sub)
         sender = asyncio.create_task(self._send_loop(sub, ctx.session), name=f"mcpg session sender {sub.id}")

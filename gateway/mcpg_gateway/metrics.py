@@ -43,3 +43,18 @@ class Metrics:
         self.subscribers = Gauge(
             "mcpg_subscribers", "Open subscribers (legacy sessions and listen streams)", ["kind"], registry=r
         )
+        self.notifications_filtered = Counter(
+            "mcpg_watch_notifications_filtered_total",
+            "Subscribers of a fired URI not told because the watch's notification_filter excluded them",
+            ["strategy"],
+            registry=r,
+        )
+        self.policy_errors = Counter(
+            "mcpg_policy_evaluation_errors_total",
+            "CEL evaluations that failed at run time and were treated as false (the subscriber is refused or not told)",
+            ["check", "reason"],
+            registry=r,
+        )
+        self.auth_failures = Counter(
+            "mcpg_auth_failures_total", "/mcp requests refused with 401, by reason", ["reason"], registry=r
+        )

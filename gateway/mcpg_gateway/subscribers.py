@@ -12,6 +12,8 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Literal
 
+from mcpg_gateway.identity import Principal
+
 _ids = itertools.count(1)
 
 
@@ -61,7 +63,8 @@ class Subscriber:
     """A legacy session (resources/subscribe) or one subscriptions/listen stream."""
 
     kind: Literal["session", "listen"]
-    principal_id: str | None = None
+    principal: Principal | None = None
+    """Who subscribed, fixed at subscribe/listen time. None only for subscribers built outside MCP (tests)."""
     outbox: Outbox = field(default_factory=Outbox)
     uris: set[str] = field(default_factory=set)
     active: bool = True

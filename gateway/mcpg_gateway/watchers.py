@@ -1,8 +1,9 @@
 """Watchers: one per subscribed concrete URI, alive exactly while something is subscribed to it.
 
 The first subscriber starts the watcher and waits for its `start` (the baseline); later subscribers join it
-and wait on the same start; the last one leaving stops it. A fire offers the URI to every subscriber's outbox
-(never blocking) so one slow or dead subscriber cannot delay the others.
+and wait on the same start; the last one leaving stops it. A fire offers the URI to the outbox (never blocking)
+of every subscriber the audience hook (the watch's notification_filter) admits, so one slow or dead subscriber
+cannot delay the others, and a subscriber the filter excludes is never told.
 """
 
 from __future__ import annotations
@@ -25,6 +26,12 @@ logger = logging.getLogger(__name__)
 RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)
 
 StrategyBuilder = Callable[[catalog.Binding, base.ReadStats], base.WatchStrategy]
+Audience = Callable[[catalog.Binding, Subscriber], bool]
+"""Whether one subscriber of a fired binding is told. Must not raise: it decides for that subscriber only."""
+
+
+def tell_everyone(binding: catalog.Binding, sub: Subscriber) -> bool:
+    return True
 
 
 @dataclass(eq=False)
@@ -50,8 +57,15 @@ def strategy_type(binding: catalog.Binding) -> str:
 
 
 class WatchRegistry:
-    def __init__(self, build: StrategyBuilder, metrics: Metrics, clock: base.Clock | None = None) -> None:
+    def __init__(
+        self,
+        build: StrategyBuilder,
+        metrics: Metrics,
+        clock: base.Clock | None = None,
+        audience: Audience = tell_everyone,
+    ) -> None:
         self._build = build
+        self._audience = audience
         self._metrics = metrics
         self._clock = clock or base.RealClock()
         self._watchers: dict[str, Watcher] = {}
@@ -88,13 +102,16 @@ class WatchRegistry:
             self.unsubscribe(uri, sub)
 
     async def fire(self, uri: str, strategy: str) -> int:
-        """Tell every subscriber of `uri` once. Returns how many subscribers were offered the URI."""
+        """Tell each subscriber of `uri` the audience admits, once. Returns how many were offered the URI."""
         watcher = self._watchers.get(uri)
         subs = list(watcher.subscribers) if watcher is not None else []
+        told = subs
         if watcher is not None:
             watcher.last_fired = time.time()
-        offered = sum(1 for s in subs if s.outbox.offer(uri, strategy))
+            told = [s for s in subs if self._audience(watcher.binding, s)]
+        offered = sum(1 for s in told if s.outbox.offer(uri, strategy))
         self._metrics.fired.labels(strategy).inc()
+        self._metrics.notifications_filtered.labels(strategy).inc(len(subs) - len(told))
         audit.watch_fired(uri, strategy, len(subs))
         return offered
 

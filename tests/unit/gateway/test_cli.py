@@ -13,10 +13,11 @@ from pathlib import Path
 
 import httpx2
 import pytest
+import yaml
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from ...conftest import BOUND_S, GatewayFactory, Upstream, gateway_config, resource, subscribed
+from ...conftest import ANONYMOUS_AUTH, BOUND_S, GatewayFactory, Upstream, gateway_config, resource, subscribed
 
 ROOT = Path(__file__).parents[3]
 GATEWAY = [sys.executable, "-m", "mcpg_gateway"]
@@ -85,13 +86,20 @@ class Proc:
 
 
 @pytest.fixture
-async def guide_webhook_gateway() -> AsyncIterator[Proc]:
-    """The guide's webhook example, served by the real entrypoint on free loopback ports."""
+async def guide_webhook_gateway(tmp_path: Path) -> AsyncIterator[Proc]:
+    """The guide's webhook example, served by the real entrypoint on free loopback ports.
+
+    The example configures no principals, so anonymous access is added explicitly: the gateway never assumes it.
+    """
+    raw = yaml.safe_load((ROOT / "examples/gateway/webhook.yaml").read_text())
+    raw["gateway"]["auth"] = ANONYMOUS_AUTH
+    config_file = tmp_path / "webhook.yaml"
+    config_file.write_text(yaml.safe_dump(raw))
     env = {**os.environ, "REPORTS_WEBHOOK_TOKEN": "t0k3n-from-env", "MCPG_ADMIN_TOKEN": "adm"}
     proc = await asyncio.create_subprocess_exec(
         *GATEWAY,
         "--config",
-        str(ROOT / "examples/gateway/webhook.yaml"),
+        str(config_file),
         "--host",
         "127.0.0.1",
         "--port",
