@@ -112,6 +112,8 @@ class ResourceWatchSpec(_Spec):
     uri: str | None = None
     uri_template: str | None = None
     mime_type: str | None = None
+    read_policy: str | None = None
+    subject_id: str | None = None
     backend: BackendSpec
     watch: WatchSpec | None = None
 
@@ -119,6 +121,8 @@ class ResourceWatchSpec(_Spec):
     def _one_uri_form(self) -> ResourceWatchSpec:
         if (self.uri is None) == (self.uri_template is None):
             raise ValueError("set exactly one of uri (one resource) or uriTemplate (a resource template)")
+        if self.uri_template is not None and self.subject_id is not None:
+            raise ValueError("subjectId is for a uri; a uriTemplate takes its subject from its {subject_id} variable")
         if self.uri_template is not None and self.watch is not None and self.watch.webhook is not None:
             raise ValueError(
                 "a webhook token selects exactly one URI, so a uriTemplate cannot use the webhook strategy"

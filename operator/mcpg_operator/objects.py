@@ -79,18 +79,21 @@ def service_account(namespace: str, owners: list[dict[str, Any]]) -> dict[str, A
     }
 
 
-def service(namespace: str, owners: list[dict[str, Any]]) -> dict[str, Any]:
+def service(namespace: str, owners: list[dict[str, Any]], defaults: GatewayDefaults | None = None) -> dict[str, Any]:
+    d = defaults or GatewayDefaults()
+    ports: list[dict[str, Any]] = [
+        {"name": "http", "port": PUBLIC_PORT, "targetPort": "http", "protocol": "TCP"},
+        {"name": "admin", "port": ADMIN_PORT, "targetPort": "admin", "protocol": "TCP"},
+    ]
+    if d.service_type != "ClusterIP":
+        for port, node_port in zip(ports, (d.http_node_port, d.admin_node_port), strict=True):
+            if node_port is not None:
+                port["nodePort"] = node_port
     return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": _meta(NAME, namespace, owners),
-        "spec": {
-            "selector": dict(SELECTOR),
-            "ports": [
-                {"name": "http", "port": PUBLIC_PORT, "targetPort": "http", "protocol": "TCP"},
-                {"name": "admin", "port": ADMIN_PORT, "targetPort": "admin", "protocol": "TCP"},
-            ],
-        },
+        "spec": {"type": d.service_type, "selector": dict(SELECTOR), "ports": ports},
     }
 
 

@@ -155,7 +155,7 @@ async def _apply_gateway(
             ns_path(namespace, "secrets", secret["metadata"]["name"]), {"metadata": {"ownerReferences": owners}}
         )
     await kube.apply(ns_path(namespace, "serviceaccounts", o.NAME), o.service_account(namespace, owners))
-    await kube.apply(ns_path(namespace, "services", o.NAME), o.service(namespace, owners))
+    await kube.apply(ns_path(namespace, "services", o.NAME), o.service(namespace, owners, defaults))
     body = o.deployment(namespace, plan.hash, defaults, owners)
     return await kube.apply(ns_path(namespace, "deployments", o.NAME, group="apps"), body)
 

@@ -13,10 +13,12 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+import yaml
 from pydantic import ValidationError
 
-from mcpg_gateway import loading
+from mcpg_gateway import config, loading, policy
 from mcpg_gateway.errors import ConfigError
+from mcpg_gateway.metrics import Metrics
 from mcpg_operator import conditions as c
 from mcpg_operator import models, rotation
 from mcpg_operator.settings import GatewayDefaults
@@ -78,20 +80,45 @@ def token_digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()[:12]
 
 
+AUTH_SECRET, AUTH_KEY = "mcpg-gateway-auth", "auth.yaml"
+"""Who may use the namespace's gateway: the `gateway.auth` block, from an optional Secret in the namespace."""
+
+
 def plan(
     watches: list[WatchObject], tokens: dict[str, TokenObject], secrets: SecretData, defaults: GatewayDefaults
 ) -> Plan:
+    auth, auth_problem = _auth(secrets)
     out = Plan(config={})
     entries: dict[str, list[dict[str, Any]]] = {"resources": [], "resource_templates": []}
     uri_owner: dict[str, str] = {}
     token_owner: dict[str, str] = {}
     for rw in sorted(watches, key=lambda w: (w.created, w.name)):
         verdict, kind, entry = _one(rw, tokens, secrets, uri_owner, token_owner)
-        out.verdicts[rw.name] = verdict
         if entry is not None:
             entries[kind].append(entry)
-    out.config = _gateway_config(entries, defaults)
+            if auth_problem:
+                verdict = Verdict(False, c.INVALID_AUTH, auth_problem, False, verdict.strategy, verdict.uri)
+        out.verdicts[rw.name] = verdict
+    out.config = _gateway_config(entries, defaults, auth)
     return out
+
+
+def _auth(secrets: SecretData) -> tuple[dict[str, Any] | None, str | None]:
+    """The namespace's auth block, or None (every MCP client refused) with the reason it could not be used."""
+    text = secrets.get(AUTH_SECRET, {}).get(AUTH_KEY)
+    if text is None:
+        return None, None
+    where = f"Secret {AUTH_SECRET} key {AUTH_KEY}"
+    try:
+        auth = yaml.safe_load(text) or {}
+        config.AuthConfig.model_validate(auth)
+    except yaml.YAMLError:
+        return None, f"{where} is not valid YAML; the gateway refuses every MCP client until it is fixed"
+    except ValidationError as e:
+        first = e.errors(include_url=False)[0]
+        path = ".".join(str(x) for x in first["loc"])
+        return None, f"{where}: {path}: {first['msg']}; the gateway refuses every MCP client until it is fixed"
+    return auth, None
 
 
 def _one(
@@ -155,6 +182,10 @@ def _entry(
     entry["uri" if spec.uri is not None else "uri_template"] = spec.address
     if spec.mime_type:
         entry["mime_type"] = spec.mime_type
+    if spec.read_policy:
+        entry["read_policy"] = spec.read_policy
+    if spec.subject_id:
+        entry["subject_id"] = spec.subject_id
     entry["watch"] = {"strategy": _strategy(watch, tokens, secrets)}
     if watch.notification_filter is not None:
         entry["watch"]["notification_filter"] = watch.notification_filter.model_dump(exclude_none=True)
@@ -212,8 +243,10 @@ def _tokens_of(entry: dict[str, Any]) -> list[str]:
 
 def _contract_problems(kind: str, entry: dict[str, Any]) -> list[str]:
     # No environment: the operator resolves every secret itself, so a ${env.X} left in a field is an error.
+    # The CEL is compiled too, as the gateway will: a bad expression must never reach a gateway pod.
     try:
-        loading.load_dict({"mcp": {"capabilities": {kind: [entry]}}}, environ={})
+        cfg = loading.load_dict({"mcp": {"capabilities": {kind: [entry]}}}, environ={})
+        policy.Policies(cfg.mcp.capabilities, Metrics())
     except ConfigError as e:
         prefix = f"mcp.capabilities.{kind}[0]."
         return [p.removeprefix(prefix) for p in e.problems]
@@ -228,8 +261,12 @@ def _first_errors(e: ValidationError, limit: int = 3) -> str:
     return "; ".join(parts)
 
 
-def _gateway_config(entries: dict[str, list[dict[str, Any]]], defaults: GatewayDefaults) -> dict[str, Any]:
+def _gateway_config(
+    entries: dict[str, list[dict[str, Any]]], defaults: GatewayDefaults, auth: dict[str, Any] | None
+) -> dict[str, Any]:
     gateway: dict[str, Any] = {"server": {"allowed_origins": list(defaults.allowed_origins)}}
+    if auth is not None:
+        gateway["auth"] = auth
     if defaults.nats_url:
         gateway["nats"] = {"url": defaults.nats_url}
     return {"mcp": {"capabilities": entries}, "gateway": gateway}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -24,9 +24,13 @@ class GatewayDefaults(BaseModel):
     """Name of a Secret (key `token`) in each gateway namespace; unset leaves the admin API disabled."""
     nats_url: str | None = None
     log_format: str = "json"
+    service_type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = "ClusterIP"
+    http_node_port: int | None = Field(default=None, ge=30000, le=32767)
+    """A fixed node port for the public port; a cluster has each only once, so set it for one namespace's gateway."""
+    admin_node_port: int | None = Field(default=None, ge=30000, le=32767)
 
 
-_JSON_FIELDS = frozenset({"replicas", "resources", "allowed_origins"})
+_JSON_FIELDS = frozenset({"replicas", "resources", "allowed_origins", "http_node_port", "admin_node_port"})
 
 
 def from_env(env: Mapping[str, str] | None = None) -> GatewayDefaults:

@@ -75,3 +75,11 @@ def test_operator_defaults_reach_the_gateway() -> None:
 def test_the_service_exposes_the_public_and_admin_ports() -> None:
     ports = {p["name"]: p["port"] for p in objects.service("ns", OWNERS)["spec"]["ports"]}
     assert ports == {"http": 8080, "admin": 9090}
+
+
+def test_a_nodeport_service_takes_the_fixed_ports_kind_maps_to_the_host() -> None:
+    d = GatewayDefaults(service_type="NodePort", http_node_port=30080, admin_node_port=30090)
+    spec = objects.service("ns", OWNERS, d)["spec"]
+    assert spec["type"] == "NodePort"
+    assert {p["name"]: p["nodePort"] for p in spec["ports"]} == {"http": 30080, "admin": 30090}
+    assert "nodePort" not in str(objects.service("ns", OWNERS)["spec"])

@@ -118,8 +118,12 @@ def test_two_webhook_tokens_holding_the_same_value_conflict_too() -> None:
 
 
 def test_the_later_of_two_watches_with_one_uri_is_refused() -> None:
-    plan = render.plan([hook("a", "t1", uri="x://same"), hook("b", "t2", "2026-02-01T00:00:00Z", uri="x://same")],
-                       tokens(t1=TokenState(current="1"), t2=TokenState(current="2")), {}, DEFAULTS)  # fmt: skip
+    plan = render.plan(
+        [hook("a", "t1", uri="x://same"), hook("b", "t2", "2026-02-01T00:00:00Z", uri="x://same")],
+        tokens(t1=TokenState(current="1"), t2=TokenState(current="2")),
+        {},
+        DEFAULTS,
+    )
     assert plan.verdicts["b"].reason == c.URI_CONFLICT
     assert "ResourceWatch a" in plan.verdicts["b"].message
 
@@ -149,3 +153,50 @@ def test_status_shows_a_short_digest_never_the_token() -> None:
     digest = render.token_digest("s3cret")
     assert digest == hashlib.sha256(b"s3cret").hexdigest()[:12]
     assert "s3cret" not in digest
+
+
+def test_a_broken_cel_expression_stalls_its_watch_and_never_reaches_the_gateway() -> None:
+    spec = {
+        "uri": "x://f",
+        "backend": {"http": {"url": "http://u/"}},
+        "watch": {"notificationFilter": {"scope": "expression", "expression": "subscriber.trust_levl == 'verified'"}},
+    }
+    plan = render.plan([watch("f", spec)], {}, {}, DEFAULTS)
+    verdict = plan.verdicts["f"]
+    assert (verdict.served, verdict.reason, verdict.stalled) == (False, c.INVALID_SPEC, True)
+    assert "trust_levl" in verdict.message
+    assert plan.config["mcp"]["capabilities"]["resources"] == []
+
+
+def test_read_policy_and_subject_id_reach_the_gateway() -> None:
+    spec = {
+        "uri": "mail://inbox/alice",
+        "subjectId": "alice",
+        "readPolicy": "subscriber.principal_id == resource.subject_id",
+        "backend": {"http": {"url": "http://u/"}},
+        "watch": {"notificationFilter": {"scope": "subject_id"}},
+    }
+    plan = render.plan([watch("m", spec)], {}, {}, DEFAULTS)
+    [entry] = plan.config["mcp"]["capabilities"]["resources"]
+    assert (entry["subject_id"], entry["read_policy"]) == ("alice", "subscriber.principal_id == resource.subject_id")
+    assert plan.verdicts["m"].served
+
+
+def test_the_namespace_auth_secret_becomes_the_gateways_auth_block() -> None:
+    auth = "principals:\n  - {token_sha256: " + "a" * 64 + ", principal_id: alice, groups: [finance]}\n"
+    plan = render.plan(
+        [hook("a", "t")], tokens(t=TokenState(current="x")), {"mcpg-gateway-auth": {"auth.yaml": auth}}, DEFAULTS
+    )
+    assert plan.config["gateway"]["auth"]["principals"][0]["principal_id"] == "alice"
+    assert plan.verdicts["a"].served
+    cfg = loading.load_dict(plan.config, environ={})
+    assert cfg.gateway.auth.principals[0].groups == ["finance"]
+
+
+def test_an_invalid_auth_secret_is_reported_on_every_watch_and_closes_the_gateway() -> None:
+    bad = {"mcpg-gateway-auth": {"auth.yaml": "principals:\n  - {token_sha256: nothex, principal_id: alice}\n"}}
+    plan = render.plan([hook("a", "t")], tokens(t=TokenState(current="x")), bad, DEFAULTS)
+    verdict = plan.verdicts["a"]
+    assert (verdict.served, verdict.reason, verdict.stalled) == (False, c.INVALID_AUTH, False)
+    assert verdict.message.startswith("Secret mcpg-gateway-auth key auth.yaml: principals.0.token_sha256:")
+    assert "auth" not in plan.config["gateway"]
