@@ -1,4 +1,4 @@
-{{- define "mcpg.name" -}}mcpg-operator{{- end -}}
+{{- define "mcpg.name" -}}{{ .Release.Name }}-operator{{- end -}}
 {{- define "mcpg.labels" -}}
 app.kubernetes.io/name: {{ include "mcpg.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}

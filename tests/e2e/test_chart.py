@@ -1,0 +1,83 @@
+"""The Helm chart as a user meets it: lint, template, a typo refused, install, and uninstall."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+CHART = Path(__file__).parents[2] / "charts" / "mcpg"
+
+
+def helm(plane: Any, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    argv = [str(plane.binary("helm")), "--kubeconfig", str(plane.kubeconfig), *args]
+    return subprocess.run(argv, capture_output=True, text=True, check=check, timeout=180)
+
+
+def test_the_chart_lints_clean(control_plane: Any) -> None:
+    result = helm(control_plane, "lint", str(CHART), "--strict")
+    assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout
+
+
+def test_a_typo_in_values_fails_with_a_message_naming_it(control_plane: Any) -> None:
+    result = helm(control_plane, "template", "t", str(CHART), "--set", "gateway.replica=2", check=False)
+    assert result.returncode != 0
+    assert "additional properties 'replica' not allowed" in result.stderr
+
+
+def test_watching_a_list_of_namespaces_binds_the_role_in_each_and_nowhere_else(control_plane: Any) -> None:
+    out = helm(control_plane, "template", "t", str(CHART), "--set", "watchNamespaces={shop,mail}").stdout
+    docs = [d for d in yaml.safe_load_all(out) if d]
+    bindings = [d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")]
+    assert sorted((d["kind"], d["metadata"].get("namespace")) for d in bindings) == [
+        ("RoleBinding", "mail"),
+        ("RoleBinding", "shop"),
+    ]
+    [deployment] = [d for d in docs if d["kind"] == "Deployment"]
+    env = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["MCPG_WATCH_NAMESPACES"] == "shop,mail"
+
+
+def test_helm_install_creates_every_object_and_uninstall_removes_them(control_plane: Any, namespace: str) -> None:
+    release = "chart-e2e"
+    helm(control_plane, "install", release, str(CHART), "--namespace", namespace, "--wait=false")
+    expected = {
+        ("Deployment", f"{release}-operator"),
+        ("ServiceAccount", f"{release}-operator"),
+        ("Service", f"{release}-operator"),
+        ("ClusterRole", f"{release}-operator"),
+        ("ClusterRoleBinding", f"{release}-operator"),
+    }
+    manifest = helm(control_plane, "get", "manifest", release, "--namespace", namespace).stdout
+    assert {(d["kind"], d["metadata"]["name"]) for d in yaml.safe_load_all(manifest) if d} == expected
+    for kind, name in expected:
+        ns = [] if kind.startswith("Cluster") else ["-n", namespace]
+        control_plane.kubectl(*ns, "get", kind.lower(), name)
+    control_plane.kubectl("-n", namespace, "rollout", "status", f"deployment/{release}-operator", "--timeout=90s")
+    assert "Next:" in helm(control_plane, "status", release, "--namespace", namespace).stdout  # NOTES.txt
+    helm(control_plane, "uninstall", release, "--namespace", namespace, "--wait")
+    for kind, name in expected:
+        ns = [] if kind.startswith("Cluster") else ["-n", namespace]
+        assert control_plane.kubectl(*ns, "get", kind.lower(), name, check=False).returncode != 0, (kind, name)
+    crds = json.loads(control_plane.kubectl("get", "crd", "-o", "json").stdout)["items"]
+    assert {"resourcewatches.mcpg.dev", "webhooktokens.mcpg.dev"} <= {c["metadata"]["name"] for c in crds}
+
+
+@pytest.mark.parametrize(
+    "values", [{}, {"watchNamespaces": ["a"], "gateway": {"service": {"type": "NodePort", "httpNodePort": 30080}}}]
+)
+def test_every_rendered_object_passes_server_side_validation(
+    control_plane: Any, namespace: str, values: dict[str, Any], tmp_path: Path
+) -> None:
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump(values))
+    out = helm(control_plane, "template", "t", str(CHART), "--namespace", namespace, "--values", str(path)).stdout
+    docs = [
+        d for d in yaml.safe_load_all(out) if d and d["kind"] != "RoleBinding"
+    ]  # RoleBindings target other namespaces
+    result = control_plane.kubectl("apply", "--dry-run=server", "-f", "-", stdin=yaml.safe_dump_all(docs), check=False)
+    assert result.returncode == 0, result.stderr
