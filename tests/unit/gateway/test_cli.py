@@ -184,3 +184,34 @@ async def test_mcpg_subscribe_prints_each_notification_once(
         b"notifications/resources/updated report://a\n",
         b"notifications/resources/updated report://b\n",
     )
+
+
+async def test_accepted_connections_get_tcp_nodelay_so_small_writes_are_not_held_back(
+    gateway_factory: GatewayFactory, upstream: Upstream
+) -> None:
+    """Nagle plus delayed ACKs held every response and SSE event ~40 ms when the listening socket lacked proto."""
+    import socket
+
+    gw = await gateway_factory(gateway_config(resource("r", "x://r", f"{upstream.url}/r", {"type": "webhook"})))
+    reader, writer = await asyncio.open_connection("127.0.0.1", gw.addrs.port)
+    try:
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        await writer.drain()
+        async with asyncio.timeout(BOUND_S):
+            assert (await reader.readline()).startswith(b"HTTP/1.1 200")
+        local = writer.get_extra_info("sockname")
+        server_side = [
+            t.get_extra_info("socket") for t in _server_transports() if t.get_extra_info("peername") == local
+        ]
+        assert server_side, "the server's side of the connection was not found"
+        assert server_side[0].getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+    finally:
+        writer.close()
+        await writer.wait_closed()
+
+
+def _server_transports() -> list[asyncio.Transport]:
+    """Every socket transport alive in this process (server and client sides both live on this loop)."""
+    import gc
+
+    return [o for o in gc.get_objects() if isinstance(o, asyncio.Transport) and o.get_extra_info("socket") is not None]
