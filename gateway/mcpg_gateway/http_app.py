@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mcpg_gateway import identity, webhooks
+from mcpg_gateway import identity, webhook_route, webhooks
 from mcpg_gateway.service import Gateway
 
 
@@ -40,16 +40,16 @@ class OriginGuard:
         await self.app(scope, receive, send)
 
 
-def public_app(gw: Gateway, manager: StreamableHTTPSessionManager) -> Starlette:
+def public_app(gw: Gateway, manager: StreamableHTTPSessionManager) -> ASGIApp:
+    """The webhook route (plain ASGI, see webhook_route.py) in front of a Starlette app for the rest."""
     allowed = gw.config.gateway.server.allowed_origins
     mcp_endpoint = OriginGuard(identity.protect(StreamableHTTPASGIApp(manager), gw.identity, gw.metrics), allowed)
     routes = [
         Route("/mcp", endpoint=mcp_endpoint),
-        Route("/webhooks/resource-updated/{token}", endpoint=_webhook_endpoint(gw), methods=["POST"]),
         Route("/healthz", endpoint=_healthz),
         Route("/readyz", endpoint=_readyz(gw)),
     ]
-    return Starlette(routes=routes)
+    return webhook_route.WebhookRoute(gw, Starlette(routes=routes))
 
 
 async def _healthz(request: Request) -> Response:
@@ -63,41 +63,6 @@ def _readyz(gw: Gateway) -> Any:
         return JSONResponse({"ok": True})
 
     return readyz
-
-
-def _webhook_endpoint(gw: Gateway) -> Any:
-    server = gw.config.gateway.server
-    count = gw.metrics.webhook_requests
-
-    async def webhook(request: Request) -> Response:
-        if not webhooks.origin_allowed(request.headers.get("origin"), server.allowed_origins):
-            count.labels("forbidden_origin").inc()
-            return JSONResponse({"error": "origin not allowed"}, status_code=403)
-        if not await _body_within(request, server.max_webhook_body_bytes):
-            count.labels("too_large").inc()
-            return JSONResponse({"error": "request body too large"}, status_code=413)
-        route = gw.tokens.lookup(request.path_params["token"])
-        if route is None:
-            count.labels("unknown_token").inc()
-            return JSONResponse({"error": "unknown webhook token"}, status_code=404)
-        await gw.registry.fire(route.uri, "webhook")
-        count.labels("ok").inc()
-        return JSONResponse({"ok": True, "uri": route.uri})
-
-    return webhook
-
-
-async def _body_within(request: Request, limit: int) -> bool:
-    """Consume (and discard) the body, stopping as soon as it exceeds `limit`; never buffers it."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        return False
-    seen = 0
-    async for chunk in request.stream():
-        seen += len(chunk)
-        if seen > limit:
-            return False
-    return True
 
 
 def admin_app(gw: Gateway) -> Starlette:

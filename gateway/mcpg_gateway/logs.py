@@ -31,3 +31,12 @@ def configure(fmt: str, level: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # Audit events are already one JSON object each: written as they are, in both formats, through their own
+    # handler. That keeps them machine-readable in text mode too, and skips the root formatter (its timestamp
+    # formatting was a measurable share of a webhook's cost).
+    audit = logging.getLogger("mcpg.audit")
+    audit_handler = logging.StreamHandler()
+    audit_handler.setFormatter(logging.Formatter("%(message)s"))
+    audit.handlers[:] = [audit_handler]
+    audit.propagate = False
+    audit.setLevel(logging.INFO)

@@ -111,7 +111,8 @@ class WatchRegistry:
             told = [s for s in subs if self._audience(watcher.binding, s)]
         offered = sum(1 for s in told if s.outbox.offer(uri, strategy))
         self._metrics.fired.labels(strategy).inc()
-        self._metrics.notifications_filtered.labels(strategy).inc(len(subs) - len(told))
+        if len(told) < len(subs):
+            self._metrics.notifications_filtered.labels(strategy).inc(len(subs) - len(told))
         audit.watch_fired(uri, strategy, len(subs))
         return offered
 
