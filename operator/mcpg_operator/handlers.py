@@ -21,6 +21,8 @@ from mcpg_operator.scheduler import Scheduler
 
 logger = logging.getLogger(__name__)
 RESYNC_S = float(os.environ.get("MCPG_RESYNC_SECONDS", "30"))
+# How long a namespace's reconcile waits for more events before it runs (a burst becomes one rollout).
+SETTLE_S = float(os.environ.get("MCPG_SETTLE_SECONDS", "0.5"))
 
 
 @kopf.on.login()
@@ -47,7 +49,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     kube = await Kube.connect()
     defaults = settings_from_env()
     memo.kube = kube
-    memo.scheduler = Scheduler(lambda ns: reconcile.reconcile(kube, ns, defaults))
+    memo.scheduler = Scheduler(lambda ns: reconcile.reconcile(kube, ns, defaults), settle_s=SETTLE_S)
     memo.resync = asyncio.create_task(_resync(memo.scheduler))
 
 

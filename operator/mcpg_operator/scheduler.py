@@ -1,7 +1,9 @@
 """Coalesce reconcile requests per namespace: many events become one run, and one run at a time per namespace.
 
 A request during a run marks the namespace dirty and the run loops once more, so the last event is never lost.
-Failed runs are retried with backoff; a run that asks to be woken later (a grace period) is scheduled.
+Each run waits a short settle time first, so a burst (a `kubectl apply` of many watches) becomes one rendered
+configuration and one rollout instead of a rollout per object. Failed runs are retried with backoff; a run that
+asks to be woken later (a grace period) is scheduled.
 """
 
 from __future__ import annotations
@@ -30,12 +32,19 @@ class _Namespace:
 
 
 class Scheduler:
-    def __init__(self, run: Run) -> None:
+    def __init__(self, run: Run, settle_s: float = 0.0) -> None:
         self._run = run
+        self._settle_s = settle_s
         self._namespaces: dict[str, _Namespace] = {}
 
     def known(self) -> list[str]:
         return list(self._namespaces)
+
+    async def idle(self, namespace: str) -> Outcome | None:
+        """Wait until `namespace` has no pending or running reconcile; its last outcome."""
+        ns = self._namespaces[namespace]
+        await ns.done.wait()
+        return ns.last
 
     def request(self, namespace: str) -> None:
         ns = self._namespaces.setdefault(namespace, _Namespace())
@@ -51,6 +60,8 @@ class Scheduler:
 
     async def _loop(self, namespace: str, ns: _Namespace) -> None:
         while ns.dirty:
+            if self._settle_s:
+                await asyncio.sleep(self._settle_s)  # events arriving meanwhile join this run
             ns.dirty = False
             try:
                 ns.last = await self._run(namespace)
