@@ -41,7 +41,7 @@ test-unit: venv ## unit tier
 	$(BIN)/pytest tests/unit
 
 .PHONY: test-integration
-test-integration: venv ## integration tier: real PostgreSQL, NATS and HTTP upstreams started by the tests
+test-integration: venv binaries ## integration tier: real PostgreSQL, NATS, HTTP upstreams, the image installs and the benchmark smoke run
 	$(BIN)/pytest tests/integration
 
 .PHONY: test-e2e
@@ -50,6 +50,10 @@ test-e2e: venv binaries ## end-to-end tier on the local control plane
 
 .PHONY: test
 test: lint test-unit test-integration test-e2e ## every tier, exactly what CI runs
+
+.PHONY: bench
+bench: venv binaries ## benchmarks, each figure a ratio to a same-run reference; writes bench/results.json and docs/benchmarks.md
+	$(BIN)/python bench/run.py
 
 .PHONY: cluster-up
 cluster-up: venv binaries ## start the local control plane; kubeconfig in .cluster/kubeconfig

@@ -1,0 +1,133 @@
+"""Scenario 3: poll watchers at scale. N concrete URIs of one resource template, polled at the 10 s floor.
+
+The upstream is an aiohttp server process that counts hits per path prefix, so the gateway's polls (/items/…)
+and the reference's (/ref/items/…) are counted apart. The reference is a bare loop: N tasks that each GET the
+same body and take its SHA-256 every 10 s, over one aiohttp session with the gateway's connector limit.
+CPU per poll = the process's CPU time over the window / the polls the upstream counted in that window.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import procs
+from fanout import Target, start_clients
+
+INTERVAL_MS = 10_000  # the gateway's floor
+
+UPSTREAM = """
+import sys
+from aiohttp import web
+hits = {}
+BODY = b'{"id": "x", "status": "green", "items": [1, 2, 3, 4, 5, 6, 7, 8]}'
+async def item(request):
+    prefix = request.path.split("/")[1]
+    hits[prefix] = hits.get(prefix, 0) + 1
+    return web.Response(body=BODY, content_type="application/json")
+async def count(request):
+    return web.json_response(hits)
+app = web.Application()
+app.router.add_get("/_hits", count)
+app.router.add_get("/{tail:.*}", item)
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None, access_log=None, backlog=2048)
+"""
+
+BARE_LOOP = """
+import asyncio, hashlib, sys
+import aiohttp
+async def watch(session, url):
+    async with session.get(url) as r:
+        digest = hashlib.sha256(await r.read()).digest()
+    while True:
+        await asyncio.sleep(INTERVAL)
+        async with session.get(url) as r:
+            new = hashlib.sha256(await r.read()).digest()
+        if new != digest:
+            digest = new
+async def main(base, n):
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=256)) as session:
+        tasks = [asyncio.create_task(watch(session, f"{base}/ref/items/{i}")) for i in range(n)]
+        print("READY", flush=True)
+        await asyncio.gather(*tasks)
+asyncio.run(main(sys.argv[1], int(sys.argv[2])))
+""".replace("INTERVAL", str(INTERVAL_MS / 1000))
+
+
+def hits(base: str, prefix: str) -> int:
+    return int(httpx2.get(f"{base}/_hits", timeout=5).json().get(prefix, 0))
+
+
+def start_gateway(workdir: Path, upstream: str, uris: int) -> tuple[procs.Gateway, list[procs.Proc]]:
+    template = {
+        "name": "item",
+        "uri_template": "bench://item/{id}",
+        "backend": {"kind": "http", "url": f"{upstream}/items/{{id}}"},
+        "watch": {"strategy": {"type": "poll", "interval_ms": INTERVAL_MS}},
+    }
+    gw = procs.Gateway(procs.gateway_config([], [template]), workdir)
+    target = Target("gateway", f"{gw.base}/mcp", lambda n: "", gw.pid)
+    try:
+        clients = start_clients(
+            target, 2, pool=uris, per_session=max(1, uris // 2), procs_n=2, pattern="bench://item/{n}"
+        )
+    except BaseException:
+        gw.stop()
+        raise
+    return gw, clients
+
+
+def measure(pids: dict[str, int], upstream: str, warmup_s: float, window_s: float) -> dict[str, dict[str, float]]:
+    time.sleep(warmup_s)
+    before = {k: (procs.cpu_seconds(pid), hits(upstream, prefix(k))) for k, pid in pids.items()}
+    time.sleep(window_s)
+    out = {}
+    for k, pid in pids.items():
+        cpu, polls = procs.cpu_seconds(pid) - before[k][0], hits(upstream, prefix(k)) - before[k][1]
+        out[k] = {
+            "cpu_s": round(cpu, 3),
+            "polls": polls,
+            "cpu_ms_per_poll": round(1000 * cpu / max(1, polls), 4),
+            "rss_mb": round(procs.rss_mb(pid), 1),
+        }
+    return out
+
+
+def prefix(kind: str) -> str:
+    return "items" if kind == "gateway" else "ref"
+
+
+def run(workdir: Path, uris: int, warmup_s: float, window_s: float, together: bool) -> dict[str, Any]:
+    """`together` (smoke mode) measures both over one window; otherwise one after the other."""
+    port = procs.free_port()
+    upstream = f"http://127.0.0.1:{port}"
+    up = procs.Proc([procs.PY, "-c", UPSTREAM, str(port)], stderr=subprocess.DEVNULL)
+    result: dict[str, Any] = {"uris": uris, "interval_s": INTERVAL_MS / 1000}
+    try:
+        procs.wait_http(f"{upstream}/_hits")
+        ref = procs.Proc([procs.PY, "-c", BARE_LOOP, upstream, str(uris)])
+        try:
+            ref.expect("READY", 30)
+            if together:
+                gw, clients = start_gateway(workdir, upstream, uris)
+                with procs.started(gw.proc, *clients):
+                    result.update(measure({"reference": ref.pid, "gateway": gw.pid}, upstream, warmup_s, window_s))
+            else:
+                result.update(measure({"reference": ref.pid}, upstream, warmup_s, window_s))
+        finally:
+            ref.stop()
+        if not together:
+            gw, clients = start_gateway(workdir, upstream, uris)
+            with procs.started(gw.proc, *clients):
+                result.update(measure({"gateway": gw.pid}, upstream, warmup_s, window_s))
+    finally:
+        up.stop()
+    ref_ms = result["reference"]["cpu_ms_per_poll"]
+    # A tiny (smoke) run can use less than one clock tick: no ratio then, rather than a division by zero.
+    result["ratio"] = round(result["gateway"]["cpu_ms_per_poll"] / ref_ms, 2) if ref_ms else None
+    result["bar"] = "CPU per poll <= 1.5x reference"
+    result["met"] = result["ratio"] is not None and result["ratio"] <= 1.5
+    return result

@@ -1,0 +1,37 @@
+"""The benchmark suite's smoke mode runs end to end: every scenario yields a figure and its reference.
+
+Timings and bars are not asserted: this is not a timed test (the full run, `python bench/run.py`, is).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).parents[2]
+
+
+def test_bench_smoke_mode_yields_every_figure_and_its_reference(tmp_path: Path) -> None:
+    out = tmp_path / "results.json"
+    docs = tmp_path / "benchmarks.md"
+    argv = [sys.executable, str(ROOT / "bench" / "run.py"), "--smoke", "--out", str(out), "--docs", str(docs)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=180, check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    results = json.loads(out.read_text())["results"]
+    for size, row in results["fanout"]["sizes"].items():
+        assert row["gateway"]["p99_ms"] > 0, size
+        assert row["reference"]["p99_ms"] > 0, size
+        assert row["gateway"]["posts"] == row["reference"]["posts"] > 0
+    assert results["ingest"]["gateway"]["rps"] > 0
+    assert results["ingest"]["reference"]["rps"] > 0
+    assert results["polling"]["gateway"]["polls"] > 0
+    assert results["polling"]["reference"]["polls"] > 0
+    assert results["memory"]["gateway"]["rss_mb"] > 0
+    assert results["memory"]["reference"]["rss_mb"] > 0
+    assert results["convergence"]["gateway"]["converged_s"] > 0
+    assert results["convergence"]["reference"]["kubectl_apply_s"] > 0
+    assert results["rotation"]["gateway"]["retired_max_s"] > 0
+    assert results["rotation"]["reference"]["rollout_median_s"] > 0
+    assert "| 6. rotation" in docs.read_text()
