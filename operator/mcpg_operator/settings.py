@@ -7,7 +7,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 
 class GatewayDefaults(BaseModel):
@@ -40,5 +40,16 @@ def from_env(env: Mapping[str, str] | None = None) -> GatewayDefaults:
     for name in GatewayDefaults.model_fields:
         raw = env.get(f"MCPG_GATEWAY_{name.upper()}")
         if raw:
-            values[name] = json.loads(raw) if name in _JSON_FIELDS else raw
-    return GatewayDefaults.model_validate(values)
+            try:
+                values[name] = json.loads(raw) if name in _JSON_FIELDS else raw
+            except ValueError:
+                raise SettingsError(f"MCPG_GATEWAY_{name.upper()}: not valid JSON: {raw[:80]!r}") from None
+    try:
+        return GatewayDefaults.model_validate(values)
+    except ValidationError as e:
+        problems = [f"MCPG_GATEWAY_{'_'.join(str(x) for x in err['loc']).upper()}: {err['msg']}" for err in e.errors()]
+        raise SettingsError("; ".join(problems)) from None
+
+
+class SettingsError(ValueError):
+    """The operator's environment cannot be used; the message names each variable and what is wrong."""

@@ -95,6 +95,35 @@ def test_the_guides_examples_become_a_ready_gateway(control_plane: Any, operator
     }
 
 
+def test_the_namespace_auth_secret_becomes_the_gateways_auth_and_no_token_is_rendered(
+    control_plane: Any, operator: Path, namespace: str
+) -> None:
+    client_token = "e2e-client-" + os.urandom(8).hex()
+    digest = hashlib.sha256(client_token.encode()).hexdigest()
+    auth = {"principals": [{"token_sha256": digest, "principal_id": "alice", "groups": ["finance"]}]}
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "mcpg-gateway-auth"},
+        "stringData": {"auth.yaml": yaml.safe_dump(auth)},
+    }
+    apply(control_plane, namespace, secret, MANIFESTS / "filter-expression.yaml")
+    wait(control_plane, namespace, "--for=condition=Ready", "resourcewatch/finance-ledger")
+    config = rendered_config(control_plane, namespace)
+    assert config["gateway"]["auth"]["principals"][0]["principal_id"] == "alice"
+    assert client_token not in yaml.safe_dump(config)
+    # A broken expression stalls its own watch and never reaches the gateway.
+    bad = yaml.safe_load((MANIFESTS / "filter-expression.yaml").read_text())
+    bad["metadata"]["name"], bad["spec"]["uri"] = "typo", "ledger://finance/typo"
+    bad["spec"]["watch"]["notificationFilter"]["expression"] = 'subscriber.trust_levl == "verified"'
+    apply(control_plane, namespace, bad)
+    wait(control_plane, namespace, "--for=condition=Stalled", "resourcewatch/typo")
+    assert "trust_levl" in condition(get(control_plane, namespace, "resourcewatch", "typo"), "Stalled")["message"]
+    assert [r["name"] for r in rendered_config(control_plane, namespace)["mcp"]["capabilities"]["resources"]] == [
+        "finance-ledger"
+    ]
+
+
 def test_deleting_the_last_resourcewatch_removes_the_gateway(
     control_plane: Any, operator: Path, namespace: str
 ) -> None:

@@ -116,3 +116,16 @@ def test_token_lookup_compares_digests_so_its_time_does_not_depend_on_the_guess(
     assert all(len(key) == 32 for key in index._routes)
     assert b"s3cret" not in b"".join(index._routes)
     assert index.lookup("s3cre") is None
+
+
+async def test_the_webhook_route_only_takes_post(gw) -> None:  # type: ignore[no-untyped-def]
+    async with httpx2.AsyncClient(base_url=gw.base) as http:
+        resp = await http.get("/webhooks/resource-updated/good")
+    assert resp.status_code == 405
+    assert resp.headers["allow"] == "POST"
+    assert gw.gw.registry.watchers() == []
+
+
+async def test_a_token_with_a_slash_is_simply_unknown(gw) -> None:  # type: ignore[no-untyped-def]
+    resp = await post(gw.base, "good/extra")
+    assert (resp.status_code, resp.json()) == (404, {"error": "unknown webhook token"})

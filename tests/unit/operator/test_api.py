@@ -120,3 +120,16 @@ def test_operator_defaults_come_from_the_environment() -> None:
     )
     assert (d.replicas, d.allowed_origins, d.image) == (3, ["https://a"], "r/g:2")
     assert copy.deepcopy(d) == d
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"MCPG_GATEWAY_REPLICAS": "three"}, "MCPG_GATEWAY_REPLICAS: not valid JSON"),
+        ({"MCPG_GATEWAY_REPLICAS": "0"}, "MCPG_GATEWAY_REPLICAS: Input should be greater than or equal to 1"),
+        ({"MCPG_GATEWAY_SERVICE_TYPE": "Ingress"}, "MCPG_GATEWAY_SERVICE_TYPE: Input should be"),
+    ],
+)
+def test_a_bad_operator_setting_names_the_variable(env: dict[str, str], message: str) -> None:
+    with pytest.raises(settings.SettingsError, match=message):
+        settings.from_env(env)
