@@ -21,6 +21,8 @@ import celpy
 from cel_expr_python import cel as google_cel
 
 from mcpg_gateway import policy
+from mcpg_gateway.contract import cel
+from mcpg_gateway.contract.errors import Problem
 from mcpg_gateway.identity import Principal
 from mcpg_gateway.metrics import Metrics
 
@@ -123,15 +125,15 @@ def measure(build: Callable[[str], Engine], name: str, src: str) -> tuple[bool, 
 
 
 def gateway_us() -> float:
-    """What one subscriber costs a fire: `policy.Expression.allows` with inputs built from the principal."""
-    site = policy.Site("notification_filter", "bench", "bench")
-    problems: list[str] = []
-    failures = policy._Failures(Metrics().policy_errors)
-    expr = policy.compile_expression(policy.FILTER_VARIABLES, EXPRESSIONS["seed filter"], site, failures, problems)
+    """What one subscriber costs a fire: `policy.allows` with inputs built from the principal."""
+    site = cel.Site("notification_filter", "bench", "bench")
+    problems: list[Problem] = []
+    failures = policy.Failures(Metrics().policy_errors)
+    expr = cel.compile_expression(cel.FILTER_VARIABLES, EXPRESSIONS["seed filter"], site, problems)
     assert expr is not None, problems
     alice = Principal("alice", "verified", groups=("finance", "staff"))
-    assert expr.allows({**policy.subscriber_inputs(alice), "event.uri": "u://x"})
-    return per_call_us(lambda: expr.allows({**policy.subscriber_inputs(alice), "event.uri": "u://x"}))
+    assert policy.allows(expr, {**policy.subscriber_inputs(alice), "event.uri": "u://x"}, failures)
+    return per_call_us(lambda: policy.allows(expr, {**policy.subscriber_inputs(alice), "event.uri": "u://x"}, failures))
 
 
 def main() -> None:
@@ -140,7 +142,7 @@ def main() -> None:
         for expr_name, src in EXPRESSIONS.items():
             correct, prebuilt, from_dict = measure(build, expr_name, src)
             print(f"{engine_name:40} {expr_name:18} {correct!s:8} {prebuilt:18.2f} {from_dict:19.2f}")
-    print(f"gateway filter path (policy.Expression.allows, inputs from a Principal): {gateway_us():.2f} µs/eval")
+    print(f"gateway filter path (policy.allows, inputs from a Principal): {gateway_us():.2f} µs/eval")
 
 
 if __name__ == "__main__":

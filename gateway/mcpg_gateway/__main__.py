@@ -10,9 +10,10 @@ import signal
 import sys
 from pathlib import Path
 
-from mcpg_gateway import config, loading, logs, serving
-from mcpg_gateway.errors import ConfigError
-from mcpg_gateway.service import Gateway, Options
+from mcpg_gateway import logs, servers
+from mcpg_gateway.contract import check, config
+from mcpg_gateway.contract.errors import ConfigError
+from mcpg_gateway.gateway import Gateway, Options
 
 logger = logging.getLogger("mcpg_gateway")
 
@@ -33,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logs.configure(args.log_format, args.log_level)
     try:
-        cfg = loading.load_file(args.config)
+        cfg = check.load_file(args.config)
         gw_options = Options(admin_token=os.environ.get("MCPG_ADMIN_TOKEN") or None)
         if args.check:
             Gateway(cfg, gw_options)
@@ -54,7 +55,7 @@ async def _run(cfg: config.GatewayConfig, options: Options, args: argparse.Names
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await serving.serve(gw, args.host, args.port, args.admin_port, stop)
+    await servers.serve(gw, args.host, args.port, args.admin_port, stop)
     logger.info("gateway stopped")
 
 

@@ -6,15 +6,10 @@ placeholders match it; the template's variables travel with the binding so backe
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
-from mcpg_gateway import config
-
-_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-Entry = config.ResourceConfig | config.ResourceTemplateConfig
+from mcpg_gateway.contract import config, templates
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,7 +17,7 @@ class Binding:
     """A concrete URI bound to the entry that serves it."""
 
     uri: str
-    entry: Entry
+    entry: config.Entry
     variables: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -30,23 +25,12 @@ class Binding:
         return self.entry.watch
 
 
-def template_pattern(uri_template: str) -> re.Pattern[str]:
-    """Compile `scheme://x/{a}/{b}` into a regex where each variable matches one path segment."""
-    out, pos = [], 0
-    for m in _PLACEHOLDER.finditer(uri_template):
-        out.append(re.escape(uri_template[pos : m.start()]))
-        out.append(f"(?P<{m.group(1)}>[^/?#]+)")
-        pos = m.end()
-    out.append(re.escape(uri_template[pos:]))
-    return re.compile("".join(out))
-
-
 class Catalog:
     def __init__(self, caps: config.Capabilities) -> None:
         self.resources = list(caps.resources)
         self.templates = list(caps.resource_templates)
         self._by_uri = {r.uri: r for r in self.resources}
-        self._patterns = [(template_pattern(t.uri_template), t) for t in self.templates]
+        self._patterns = [(templates.pattern(t.uri_template), t) for t in self.templates]
 
     def resolve(self, uri: str) -> Binding | None:
         resource = self._by_uri.get(uri)

@@ -1,8 +1,11 @@
-"""The gateway's errors, under one base, and the JSON-RPC codes it answers with on purpose."""
+"""The gateway's run-time errors, and the JSON-RPC codes it answers with on purpose.
+
+Configuration errors belong to the contract (`contract/errors.py`), which the operator shares.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from mcpg_gateway.contract.errors import GatewayError
 
 # JSON-RPC codes in the implementation-defined range (-32000..-32019 in the 2026-07-28 allocation policy).
 NOT_SUBSCRIBABLE = -32010
@@ -11,18 +14,6 @@ WATCH_START_FAILED = -32011
 """The watch could not take its baseline (the backend refused the first read)."""
 UPSTREAM_READ_FAILED = -32012
 """resources/read: the backend answered outside its contract (status, JSON, timeout)."""
-
-
-class GatewayError(Exception):
-    """Base of every error the gateway raises on purpose."""
-
-
-class ConfigError(GatewayError):
-    """The configuration cannot be served. Carries one message per problem, each naming its field."""
-
-    def __init__(self, problems: Sequence[str]) -> None:
-        self.problems = list(problems)
-        super().__init__("\n".join(self.problems))
 
 
 class ReadError(GatewayError):

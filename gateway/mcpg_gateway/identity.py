@@ -24,7 +24,7 @@ from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp
 
-from mcpg_gateway import config
+from mcpg_gateway.contract import config
 from mcpg_gateway.metrics import Metrics
 
 logger = logging.getLogger(__name__)

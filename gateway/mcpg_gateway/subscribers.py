@@ -1,20 +1,26 @@
-"""Subscribers: the parties a fired watch tells, each with its own outbox.
+"""Subscribers: the parties a fired watch tells, each with its own outbox, and the one owner of their lifecycle.
 
 Fan-out only ever offers a URI to an outbox, which never blocks; each subscriber's own task does the slow
 part (writing to its stream). A notification is a level trigger ("re-read this"), so an outbox holds each
 pending URI once: a subscriber that stops reading costs one entry per watched URI, never a growing queue.
+`Subscribers` opens and closes them: a close is an implicit unsubscribe from everything, exactly once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
+
+from prometheus_client import Gauge
 
 from mcpg_gateway.identity import Principal
 
 _ids = itertools.count(1)
+
+Kind = Literal["session", "listen"]
 
 
 class OutboxClosed(Exception):
@@ -62,10 +68,63 @@ class Outbox:
 class Subscriber:
     """A legacy session (resources/subscribe) or one subscriptions/listen stream."""
 
-    kind: Literal["session", "listen"]
+    kind: Kind
     principal: Principal | None = None
     """Who subscribed, fixed at subscribe/listen time. None only for subscribers built outside MCP (tests)."""
     outbox: Outbox = field(default_factory=Outbox)
     uris: set[str] = field(default_factory=set)
     active: bool = True
     id: int = field(default_factory=lambda: next(_ids))
+
+
+class Subscribers:
+    """Every open subscriber. `close` unsubscribes it from everything (through `on_close`), once."""
+
+    def __init__(self, gauge: Gauge, on_close: Callable[[Subscriber], None]) -> None:
+        self._gauge, self._on_close = gauge, on_close
+        self._listeners: set[Subscriber] = set()
+        self._listeners_changed = asyncio.Condition()
+        self.closing = asyncio.Event()
+        """Set when the gateway starts to stop: new listens are refused, open ones answered."""
+
+    def open(self, kind: Kind, principal: Principal) -> Subscriber:
+        sub = Subscriber(kind, principal)
+        self._gauge.labels(kind).inc()
+        if kind == "listen":
+            self._listeners.add(sub)
+        return sub
+
+    def close(self, sub: Subscriber) -> None:
+        """Implicit unsubscribe from everything; safe to call twice."""
+        if sub.kind == "listen" and sub in self._listeners:
+            self._listeners.discard(sub)
+            asyncio.get_running_loop().create_task(self._notify_listeners_changed())
+        if sub.active:
+            sub.active = False
+            self._gauge.labels(sub.kind).dec()
+        sub.outbox.close()
+        self._on_close(sub)
+
+    @property
+    def listening(self) -> int:
+        """How many subscriptions/listen streams are open."""
+        return len(self._listeners)
+
+    def end_listen_streams(self) -> None:
+        """Graceful shutdown, step one: every open subscriptions/listen stream is answered with its result."""
+        self.closing.set()
+        for sub in list(self._listeners):
+            sub.outbox.close()
+
+    async def wait_listen_streams_ended(self, timeout_s: float) -> bool:
+        """Wait (bounded) until every listen stream has sent its final result. False on timeout."""
+        try:
+            async with asyncio.timeout(timeout_s), self._listeners_changed:
+                await self._listeners_changed.wait_for(lambda: not self._listeners)
+        except TimeoutError:
+            return False
+        return True
+
+    async def _notify_listeners_changed(self) -> None:
+        async with self._listeners_changed:
+            self._listeners_changed.notify_all()

@@ -12,18 +12,16 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
-from mcpg_gateway import audit, catalog, config
+from mcpg_gateway import audit, backoff, catalog
 from mcpg_gateway.errors import StrategyError
 from mcpg_gateway.metrics import Metrics
 from mcpg_gateway.strategies import base
 from mcpg_gateway.subscribers import Subscriber
 
 logger = logging.getLogger(__name__)
-
-RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)
 
 StrategyBuilder = Callable[[catalog.Binding, base.ReadStats], base.WatchStrategy]
 Audience = Callable[[catalog.Binding, Subscriber], bool]
@@ -188,22 +186,21 @@ class WatchRegistry:
             except Exception:  # isolation boundary: one crashing watch must not stop the others
                 logger.exception("watch %s (%s) crashed; restarting", watcher.uri, watcher.strategy_type)
                 self._metrics.strategy_restarts.labels(watcher.strategy_type).inc()
-                await self._clock.sleep(RESTART_BACKOFF_S[min(attempt, len(RESTART_BACKOFF_S) - 1)])
+                await self._clock.sleep(backoff.delay_s(attempt))
 
 
 def build_with(
-    factories: dict[str, base.StrategyFactory],
+    build: base.StrategyFactory,
     read: Callable[[catalog.Binding], Awaitable[bytes]],
     clock: base.Clock,
-    shared: dict[str, object] | None = None,
+    shared: Mapping[str, base.SharedClient] | None = None,
 ) -> StrategyBuilder:
-    """A `StrategyBuilder` that picks the factory by the binding's strategy type."""
+    """A `StrategyBuilder`: each watch gets its binding's reader, the clock, and its type's shared client."""
 
-    def build(binding: catalog.Binding, stats: base.ReadStats) -> base.WatchStrategy:
-        watch = binding.watch
-        assert watch is not None, "only watched bindings get a watcher"
-        spec: config.WatchConfig = watch
-        ctx = base.WatchContext(binding, lambda: read(binding), stats, clock, dict(shared or {}))
-        return factories[spec.strategy.type](spec.strategy, ctx)
+    def builder(binding: catalog.Binding, stats: base.ReadStats) -> base.WatchStrategy:
+        assert binding.watch is not None, "only watched bindings get a watcher"
+        spec = binding.watch.strategy
+        ctx = base.WatchContext(binding, lambda: read(binding), stats, clock, (shared or {}).get(spec.type))
+        return build(spec, ctx)
 
-    return build
+    return builder

@@ -1,20 +1,36 @@
-"""Inbound webhooks: `POST /webhooks/resource-updated/{token}` selects one resource by its token.
+"""Inbound webhooks, the whole concept: `POST /webhooks/resource-updated/{token}` fires the one resource its token
+selects.
 
-Tokens are indexed by their SHA-256 digest, so a lookup hashes the presented token first and compares digests:
-the time it takes says nothing about how much of a real token the caller guessed. The body is never read
-past a small bound and never used: only the token in the path selects the resource.
+- The token index: tokens (current and `previous_tokens`) by SHA-256 digest, so a lookup hashes the presented
+  token first and compares digests, and the time it takes says nothing of how much of a real token was guessed.
+- The route, as a plain ASGI app in front of the public Starlette app: it is the gateway's hottest path (every
+  upstream change arrives here) and needs nothing a framework adds; Starlette's router and middleware cost more
+  than the handler itself (see docs/performance-notes.md). The body is consumed up to a small bound and never
+  used: only the token in the path selects the resource.
+- The watch strategy: passive. A webhook watch waits; the route fires its URI.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import json
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
-from mcpg_gateway import config
+from prometheus_client import Counter
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from mcpg_gateway import origins
+from mcpg_gateway.contract import config
+from mcpg_gateway.strategies import base
 
 logger = logging.getLogger(__name__)
+
+PREFIX = "/webhooks/resource-updated/"
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +59,7 @@ class TokenIndex:
         key = digest(token)
         earlier = self._routes.get(key)
         if earlier is not None and earlier.uri != route.uri:
-            # The guide's rule: log the collision naming both resources (never the token); the later wins.
+            # Two resources must not share a token: say so naming both (never the token); the later one wins.
             logger.error(
                 "webhook token collision: resource %r reuses the token of resource %r; %r now receives it",
                 route.name,
@@ -77,6 +93,88 @@ def build_index(resources: list[config.ResourceConfig]) -> TokenIndex:
     return index
 
 
-def origin_allowed(origin: str | None, allowed: list[str]) -> bool:
-    """No Origin (a server-to-server sender) passes; a browser's Origin must be listed exactly."""
-    return origin is None or origin in allowed
+class WebhookWatch:
+    """The watch of a webhook resource: nothing to start or poll; the route fires it."""
+
+    def __init__(self, spec: config.WebhookStrategy, ctx: base.WatchContext) -> None:
+        self._ctx = ctx
+
+    async def start(self) -> None:
+        return None
+
+    async def run(self, fire: base.Fire) -> None:
+        await asyncio.Event().wait()
+
+    async def close(self) -> None:
+        return None
+
+
+STRATEGY = base.StrategyType("webhook", WebhookWatch)
+
+
+Fire = Callable[[str], Awaitable[None]]
+"""Tell the subscribers of a URI that it changed."""
+
+
+class WebhookRoute:
+    """The route, in front of `fallback` (the public app), which gets every other request unchanged."""
+
+    def __init__(
+        self, index: TokenIndex, fire: Fire, server: config.ServerConfig, requests: Counter, fallback: ASGIApp
+    ) -> None:
+        self.index, self.fire, self.server, self.fallback = index, fire, server, fallback
+        # Label children resolved once: a labels() lookup per request is measurable on this path.
+        self.ok, self.unknown = requests.labels("ok"), requests.labels("unknown_token")
+        self.forbidden, self.too_large = requests.labels("forbidden_origin"), requests.labels("too_large")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith(PREFIX):
+            await self.fallback(scope, receive, send)
+            return
+        if scope["method"] != "POST":
+            await _respond(send, 405, {"error": "use POST"}, [(b"allow", b"POST")])
+            return
+        status, body = await self._handle(scope, receive)
+        await _respond(send, status, body)
+
+    async def _handle(self, scope: Scope, receive: Receive) -> tuple[int, dict[str, Any]]:
+        headers = {name.lower(): value for name, value in scope["headers"]}
+        origin = headers.get(b"origin")
+        if not origins.allowed(origin.decode("latin-1") if origin else None, self.server.allowed_origins):
+            self.forbidden.inc()
+            return 403, {"error": "origin not allowed"}
+        if not await _body_within(headers.get(b"content-length"), receive, self.server.max_webhook_body_bytes):
+            self.too_large.inc()
+            return 413, {"error": "request body too large"}
+        route = self.index.lookup(scope["path"][len(PREFIX) :])
+        if route is None:
+            self.unknown.inc()
+            return 404, {"error": "unknown webhook token"}
+        await self.fire(route.uri)
+        self.ok.inc()
+        return 200, {"ok": True, "uri": route.uri}
+
+
+async def _body_within(declared: bytes | None, receive: Receive, limit: int) -> bool:
+    """Consume (and discard) the body, stopping as soon as it exceeds `limit`; never buffers it."""
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        return False
+    seen = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return True  # the client went away; nothing to answer
+        seen += len(message.get("body", b""))
+        if seen > limit:
+            return False
+        if not message.get("more_body", False):
+            return True
+
+
+async def _respond(
+    send: Send, status: int, body: dict[str, Any], extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    payload = json.dumps(body, separators=(",", ":")).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers + (extra or [])})
+    await send({"type": "http.response.body", "body": payload})

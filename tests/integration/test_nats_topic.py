@@ -10,26 +10,26 @@ from typing import Any
 import httpx2
 import nats
 import pytest
+from mcpg_testing import BOUND_S
+from mcpg_testing.clients import ERAS, refusal, subscribed
+from mcpg_testing.clock import ManualClock
+from mcpg_testing.configs import gateway_config, watched
+from mcpg_testing.gateways import (
+    ADMIN_TOKEN,
+    SENTINEL_URI,
+    GatewayFactory,
+    RunningGateway,
+    admin_watches,
+    assert_only_sentinel_arrives,
+    assert_reported,
+    fired,
+    sentinel,
+)
+from mcpg_testing.servers import NatsServer
 from nats.aio.client import Client as NatsClient
 
 from mcpg_gateway import errors
 from mcpg_gateway.strategies import nats_topic
-
-from ..conftest import BOUND_S, ERAS, GatewayFactory, RunningGateway, refusal
-from .conftest import (
-    ADMIN_TOKEN,
-    SENTINEL_URI,
-    BackoffClock,
-    admin_watches,
-    assert_only_sentinel_arrives,
-    assert_reported,
-    config_with,
-    fired,
-    sentinel,
-    watched,
-    watching,
-)
-from .servers import NatsServer
 
 INVENTORY, ORDERS = "inventory://current", "orders://new"
 
@@ -51,7 +51,7 @@ async def publish(nc: NatsClient, subject: str) -> None:
 
 
 def two_watches(nats_url: str) -> dict[str, Any]:
-    return config_with(
+    return gateway_config(
         watched("inventory", INVENTORY, {"type": "nats_topic", "subject": "inventory.*"}),
         watched("orders", ORDERS, {"type": "nats_topic", "subject": "orders.created"}),
         nats_url=nats_url,
@@ -65,7 +65,7 @@ async def gateway_connections(nats: NatsServer) -> list[dict[str, Any]]:
 
 
 def shared_link(gw: RunningGateway, nats: NatsServer) -> nats_topic.NatsLink:
-    connections = gw.gw.shared[nats_topic.SHARED_KEY]
+    connections = gw.gw.shared_client("nats_topic")
     assert isinstance(connections, nats_topic.NatsConnections)
     return connections.link(nats.url)
 
@@ -75,7 +75,7 @@ async def test_a_message_on_a_matching_subject_notifies_and_other_subjects_do_no
     mode: str, gateway_factory: GatewayFactory, nats: NatsServer, publisher: NatsClient
 ) -> None:
     gw = await gateway_factory(two_watches(nats.url))
-    async with watching(gw.mcp_url, mode, [INVENTORY, ORDERS]) as sub:
+    async with subscribed(gw.mcp_url, mode, [INVENTORY, ORDERS]) as sub:
         await publish(publisher, "audit.log")  # matches neither subject
         await publish(publisher, "orders.created")
         assert await sub.next_update() == ORDERS
@@ -88,13 +88,13 @@ async def test_watches_share_one_connection_and_each_subscription_ends_with_its_
     gateway_factory: GatewayFactory, nats: NatsServer
 ) -> None:
     gw = await gateway_factory(two_watches(nats.url))
-    async with watching(gw.mcp_url, "listen", [INVENTORY, ORDERS]), watching(gw.mcp_url, "legacy", [ORDERS]):
+    async with subscribed(gw.mcp_url, "listen", [INVENTORY, ORDERS]), subscribed(gw.mcp_url, "legacy", [ORDERS]):
         client = shared_link(gw, nats).client
         assert client is not None
         [conn] = await gateway_connections(nats)
         assert conn["cid"] == client.client_id
         assert sorted(conn["subscriptions_list"]) == ["inventory.*", "orders.created"]
-        tasks = [w.task for w in gw.gw.registry.watchers() if w.task is not None]
+        tasks = [w.task for w in gw.gw.running_watches() if w.task is not None]
     async with asyncio.timeout(BOUND_S):
         await asyncio.wait(tasks)  # the watchers stop once their last subscriber is gone
     await client.flush()  # the server has seen every UNSUB
@@ -107,21 +107,21 @@ async def test_watches_share_one_connection_and_each_subscription_ends_with_its_
 async def test_a_restarted_server_is_reconnected_and_the_watch_fires_once_then_keeps_working(
     gateway_factory: GatewayFactory,
     nats: NatsServer,
-    backoff_clock: BackoffClock,
+    clock: ManualClock,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    raw = config_with(
+    raw = gateway_config(
         watched("inventory", INVENTORY, {"type": "nats_topic", "subject": "inventory.updates"}),
         sentinel(),
         nats_url=nats.url,
     )
-    gw = await gateway_factory(raw, clock=backoff_clock, admin_token=ADMIN_TOKEN)
-    async with watching(gw.mcp_url, "listen", [INVENTORY, SENTINEL_URI]) as sub:
+    gw = await gateway_factory(raw, clock=clock, admin_token=ADMIN_TOKEN)
+    async with subscribed(gw.mcp_url, "listen", [INVENTORY, SENTINEL_URI]) as sub:
         await asyncio.to_thread(nats.kill)
-        await backoff_clock.sleepers()  # the immediate reconnect failed: the server is down
+        await clock.sleepers()  # the immediate reconnect failed: the server is down
         await asyncio.to_thread(nats.start)
-        await backoff_clock.release()
+        await clock.release()
         assert await sub.next_update() == INVENTORY
         assert fired(gw, "nats_topic") == 1
         await assert_only_sentinel_arrives(gw, sub)

@@ -10,23 +10,22 @@ import socket
 from typing import Any
 
 import pytest
-
-from mcpg_gateway import errors, loading
-from mcpg_gateway.errors import ConfigError
-from mcpg_gateway.service import Gateway
-
-from ..conftest import ERAS, GatewayFactory, refusal
-from .conftest import (
+from mcpg_testing.clients import ERAS, refusal, subscribed
+from mcpg_testing.configs import gateway_config, watched
+from mcpg_testing.gateways import (
     ADMIN_TOKEN,
     SENTINEL_URI,
+    GatewayFactory,
     assert_only_sentinel_arrives,
     assert_reported,
-    config_with,
     fired,
     sentinel,
-    watched,
-    watching,
 )
+
+from mcpg_gateway import errors
+from mcpg_gateway.contract import check
+from mcpg_gateway.contract.errors import ConfigError
+from mcpg_gateway.gateway import Gateway
 
 INBOUND = "phone://inbound"
 
@@ -51,9 +50,9 @@ async def test_a_datagram_of_a_listed_kind_notifies_and_other_kinds_do_not(
     mode: str, gateway_factory: GatewayFactory
 ) -> None:
     port = udp_port()
-    raw = config_with(watched("inbound", INBOUND, plugin(port=port, kinds=["sms", "voice"])), sentinel())
+    raw = gateway_config(watched("inbound", INBOUND, plugin(port=port, kinds=["sms", "voice"])), sentinel())
     gw = await gateway_factory(raw, admin_token=ADMIN_TOKEN)
-    async with watching(gw.mcp_url, mode, [INBOUND, SENTINEL_URI]) as sub:
+    async with subscribed(gw.mcp_url, mode, [INBOUND, SENTINEL_URI]) as sub:
         send(port, "fax +15550100")  # `kinds` reached the plugin: this one is filtered out
         await assert_only_sentinel_arrives(gw, sub)
         send(port, "sms +15550100 hello")
@@ -75,17 +74,17 @@ async def test_a_plugin_that_cannot_start_refuses_the_subscription_with_its_reas
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken:
         taken.bind(("127.0.0.1", 0))
         fields = {"port": taken.getsockname()[1]} if occupied else {}
-        gw = await gateway_factory(config_with(watched("inbound", INBOUND, plugin(**fields))))
+        gw = await gateway_factory(gateway_config(watched("inbound", INBOUND, plugin(**fields))))
         error = await refusal(gw.mcp_url, "legacy", [INBOUND])
     assert error.error.code == errors.WATCH_START_FAILED
     assert reason in error.error.message
 
 
 def test_an_unknown_kind_stops_the_gateway_at_start_naming_the_field_and_the_installed_kinds() -> None:
-    raw = config_with(watched("inbound", INBOUND, {"type": "plugin", "kind": "twilio_inbound", "kinds": ["sms"]}))
+    raw = gateway_config(watched("inbound", INBOUND, {"type": "plugin", "kind": "twilio_inbound", "kinds": ["sms"]}))
     with pytest.raises(ConfigError) as caught:
-        Gateway(loading.load_dict(raw, {}))
-    [problem] = caught.value.problems
+        Gateway(check.load(raw, environ={}))
+    [problem] = map(str, caught.value.problems)
     assert problem.startswith("mcp.capabilities.resources[0].watch.strategy.kind: ")
     assert "'twilio_inbound'" in problem
     assert "installed kinds: udp_datagram" in problem

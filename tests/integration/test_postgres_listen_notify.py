@@ -7,25 +7,22 @@ import logging
 from typing import Any
 
 import pytest
-
-from mcpg_gateway.strategies import postgres_listen_notify
-
-from ..conftest import ERAS, GatewayFactory, refusal
-from .conftest import (
+from mcpg_testing.clients import ERAS, refusal, subscribed
+from mcpg_testing.clock import ManualClock
+from mcpg_testing.configs import gateway_config, watched
+from mcpg_testing.gateways import (
     ADMIN_TOKEN,
     SENTINEL_URI,
-    BackoffClock,
+    GatewayFactory,
     admin_watches,
     assert_only_sentinel_arrives,
     assert_reported,
-    config_with,
-    connected,
     fired,
     sentinel,
-    watched,
-    watching,
 )
-from .servers import PostgresServer
+from mcpg_testing.servers import PostgresServer, connected
+
+from mcpg_gateway.strategies import postgres_listen_notify
 
 STOCK, PLAIN = "stock://levels", "stock://plain"
 # Capitals, a dash, a quote and a statement break: only a correctly quoted identifier survives this.
@@ -51,12 +48,12 @@ async def test_a_notify_on_the_quoted_channel_notifies_and_a_similar_channel_doe
     mode: str, gateway_factory: GatewayFactory, postgres: PostgresServer, db: Any
 ) -> None:
     await db.execute("CREATE TABLE IF NOT EXISTS canary (id int)")
-    raw = config_with(
+    raw = gateway_config(
         watched("stock", STOCK, listen(AWKWARD_CHANNEL, postgres.url)),
         watched("plain", PLAIN, listen(PLAIN_CHANNEL, postgres.url)),
     )
     gw = await gateway_factory(raw)
-    async with watching(gw.mcp_url, mode, [STOCK, PLAIN]) as sub:
+    async with subscribed(gw.mcp_url, mode, [STOCK, PLAIN]) as sub:
         await notify(db, "stock-changed")  # what an unquoted identifier would have been folded to
         await notify(db, PLAIN_CHANNEL)
         assert await sub.next_update() == PLAIN
@@ -69,12 +66,12 @@ async def test_a_notify_on_the_quoted_channel_notifies_and_a_similar_channel_doe
 async def test_each_watch_holds_one_connection_and_shutdown_closes_them_all(
     gateway_factory: GatewayFactory, postgres: PostgresServer, db: Any
 ) -> None:
-    raw = config_with(
+    raw = gateway_config(
         watched("stock", STOCK, listen(AWKWARD_CHANNEL, postgres.url)),
         watched("plain", PLAIN, listen(PLAIN_CHANNEL, postgres.url)),
     )
     gw = await gateway_factory(raw)
-    async with watching(gw.mcp_url, "listen", [STOCK, PLAIN]), watching(gw.mcp_url, "legacy", [STOCK]):
+    async with subscribed(gw.mcp_url, "listen", [STOCK, PLAIN]), subscribed(gw.mcp_url, "legacy", [STOCK]):
         assert await gateway_connections(db) == 2
     await gw.shutdown()
     assert await gateway_connections(db) == 0
@@ -84,7 +81,7 @@ async def test_an_unreachable_database_refuses_the_subscription_without_showing_
     gateway_factory: GatewayFactory, postgres: PostgresServer
 ) -> None:
     wrong = postgres.url.rsplit("/", 1)[0] + "/no_such_database"
-    gw = await gateway_factory(config_with(watched("stock", STOCK, listen(PLAIN_CHANNEL, wrong))))
+    gw = await gateway_factory(gateway_config(watched("stock", STOCK, listen(PLAIN_CHANNEL, wrong))))
     error = await refusal(gw.mcp_url, "listen", [STOCK])
     assert "no_such_database" in str(error)
     assert "postgres:***@127.0.0.1" in str(error)
@@ -95,17 +92,17 @@ async def test_an_unreachable_database_refuses_the_subscription_without_showing_
 async def test_a_restarted_database_is_reconnected_and_the_watch_fires_once_then_keeps_working(
     gateway_factory: GatewayFactory,
     postgres: PostgresServer,
-    backoff_clock: BackoffClock,
+    clock: ManualClock,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    raw = config_with(watched("stock", STOCK, listen(AWKWARD_CHANNEL, postgres.url)), sentinel())
-    gw = await gateway_factory(raw, clock=backoff_clock, admin_token=ADMIN_TOKEN)
-    async with watching(gw.mcp_url, "listen", [STOCK, SENTINEL_URI]) as sub:
+    raw = gateway_config(watched("stock", STOCK, listen(AWKWARD_CHANNEL, postgres.url)), sentinel())
+    gw = await gateway_factory(raw, clock=clock, admin_token=ADMIN_TOKEN)
+    async with subscribed(gw.mcp_url, "listen", [STOCK, SENTINEL_URI]) as sub:
         await asyncio.to_thread(postgres.kill)
-        await backoff_clock.sleepers()  # the immediate reconnect failed: the server is down
+        await clock.sleepers()  # the immediate reconnect failed: the server is down
         await asyncio.to_thread(postgres.start)
-        await backoff_clock.release()
+        await clock.release()
         assert await sub.next_update() == STOCK
         assert fired(gw, "postgres_listen_notify") == 1
         await assert_only_sentinel_arrives(gw, sub)

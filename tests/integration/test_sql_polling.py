@@ -8,25 +8,23 @@ import uuid
 from typing import Any
 
 import pytest
-
-from mcpg_gateway import errors
-
-from ..conftest import ERAS, GatewayFactory, ManualClock, refusal
-from .conftest import (
+from mcpg_testing.clients import ERAS, refusal, subscribed
+from mcpg_testing.clock import ManualClock
+from mcpg_testing.configs import gateway_config, watched
+from mcpg_testing.gateways import (
     ADMIN_TOKEN,
     SENTINEL_URI,
+    GatewayFactory,
     admin_watches,
     assert_only_sentinel_arrives,
     assert_reported,
-    config_with,
-    connected,
     fired,
     metrics_text,
     sentinel,
-    watched,
-    watching,
 )
-from .servers import PostgresServer
+from mcpg_testing.servers import PostgresServer, connected
+
+from mcpg_gateway import errors
 
 ORDERS = "orders://latest"
 
@@ -51,9 +49,9 @@ async def test_a_row_that_advances_the_value_notifies_and_an_unchanged_or_lower_
     mode: str, gateway_factory: GatewayFactory, postgres: PostgresServer, db: Any, clock: ManualClock
 ) -> None:
     table = await new_table(db, 1, 2)
-    raw = config_with(watched("orders", ORDERS, tracking(postgres.url, f"SELECT max(id) FROM {table}")), sentinel())
+    raw = gateway_config(watched("orders", ORDERS, tracking(postgres.url, f"SELECT max(id) FROM {table}")), sentinel())
     gw = await gateway_factory(raw, clock=clock)
-    async with watching(gw.mcp_url, mode, [ORDERS, SENTINEL_URI]) as sub:
+    async with subscribed(gw.mcp_url, mode, [ORDERS, SENTINEL_URI]) as sub:
         await clock.tick()  # still 2
         await db.execute(f"DELETE FROM {table} WHERE id = 2")
         await clock.tick()  # 1: different, but not an advance
@@ -67,9 +65,9 @@ async def test_a_failing_or_non_scalar_query_is_skipped_and_counted(
     gateway_factory: GatewayFactory, postgres: PostgresServer, db: Any, clock: ManualClock
 ) -> None:
     table = await new_table(db, 1)
-    raw = config_with(watched("orders", ORDERS, tracking(postgres.url, f"SELECT id FROM {table}")), sentinel())
+    raw = gateway_config(watched("orders", ORDERS, tracking(postgres.url, f"SELECT id FROM {table}")), sentinel())
     gw = await gateway_factory(raw, clock=clock, admin_token=ADMIN_TOKEN)
-    async with watching(gw.mcp_url, "listen", [ORDERS, SENTINEL_URI]) as sub:
+    async with subscribed(gw.mcp_url, "listen", [ORDERS, SENTINEL_URI]) as sub:
         await insert(db, table, 2)
         await clock.tick()  # two rows
         await db.execute(f"DROP TABLE {table}")
@@ -93,7 +91,7 @@ async def test_a_failing_or_non_scalar_query_is_skipped_and_counted(
 async def test_a_query_that_cannot_track_a_value_refuses_the_subscription(
     query: str, reason: str, gateway_factory: GatewayFactory, postgres: PostgresServer
 ) -> None:
-    gw = await gateway_factory(config_with(watched("orders", ORDERS, tracking(postgres.url, query))))
+    gw = await gateway_factory(gateway_config(watched("orders", ORDERS, tracking(postgres.url, query))))
     error = await refusal(gw.mcp_url, "listen", [ORDERS])
     assert error.error.code == errors.WATCH_START_FAILED
     assert reason in error.error.message
@@ -111,9 +109,9 @@ async def test_a_restarted_database_is_reconnected_at_the_next_poll_and_fires_on
     table = await new_table(db, 1)
     await db.close()
     query = f"SELECT max(id) FROM {table}"
-    raw = config_with(watched("orders", ORDERS, tracking(postgres.url, query, interval_ms=1000)), sentinel())
+    raw = gateway_config(watched("orders", ORDERS, tracking(postgres.url, query, interval_ms=1000)), sentinel())
     gw = await gateway_factory(raw, clock=clock, admin_token=ADMIN_TOKEN)
-    async with watching(gw.mcp_url, "listen", [ORDERS, SENTINEL_URI]) as sub:
+    async with subscribed(gw.mcp_url, "listen", [ORDERS, SENTINEL_URI]) as sub:
         await asyncio.to_thread(postgres.kill)
         await clock.tick()  # the read fails: counted, skipped
         await asyncio.to_thread(postgres.start)

@@ -1,75 +1,41 @@
-"""Watch strategies: one module each, behind `base.WatchStrategy`, looked up by the config's `type`.
+"""Watch strategies: one module each, behind `base.WatchStrategy`, each describing itself with a `StrategyType`.
 
-Besides the factories, this is where the gateway gets the clients strategies share across watches (one
-NATS connection per server URL) and the per-strategy start-up checks that need more than the schema.
+The registry is a mapping from `watch.strategy.type` to those entries and knows no strategy in particular:
+it builds a watch, and makes (and closes) the clients a strategy type's watches share. The webhook strategy is
+passive and lives with the rest of the webhook concept (`webhooks.py`); plugins come from entry points
+(`plugin.py`). Every rule about a strategy's configuration is the contract's (`contract/check.py`), so the
+operator can ask it before rendering.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
-from mcpg_gateway import config
-from mcpg_gateway.strategies import (
-    base,
-    nats_topic,
-    plugin,
-    poll,
-    postgres_listen_notify,
-    sql_polling,
-    webhook,
-)
+from mcpg_gateway.contract import config
+from mcpg_gateway.strategies import base, nats_topic, poll, postgres_listen_notify, sql_polling
+
+BUILTIN = (poll.STRATEGY, nats_topic.STRATEGY, postgres_listen_notify.STRATEGY, sql_polling.STRATEGY)
+"""The strategies every gateway runs (besides webhook and plugin, which the gateway adds)."""
 
 
-def _poll(spec: Any, ctx: base.WatchContext) -> base.WatchStrategy:
-    return poll.PollWatch(spec, ctx)
+class Registry:
+    """The strategy types a gateway runs, by `type`."""
+
+    def __init__(self, types: Iterable[base.StrategyType]) -> None:
+        self._types = {t.type: t for t in types}
+
+    def types(self) -> list[str]:
+        return sorted(self._types)
+
+    def build(self, spec: Any, ctx: base.WatchContext) -> base.WatchStrategy:
+        return self._types[spec.type].build(spec, ctx)
+
+    def open_shared(self, cfg: config.GatewayConfig) -> dict[str, base.SharedClient]:
+        """The shared client of each type that has one. None connects until a watch needs it."""
+        return {t.type: t.shared(cfg) for t in self._types.values() if t.shared is not None}
 
 
-def _webhook(spec: Any, ctx: base.WatchContext) -> base.WatchStrategy:
-    return webhook.WebhookWatch(spec, ctx)
-
-
-def _nats_topic(spec: Any, ctx: base.WatchContext) -> base.WatchStrategy:
-    return nats_topic.NatsTopicWatch(spec, ctx)
-
-
-def _postgres_listen_notify(spec: Any, ctx: base.WatchContext) -> base.WatchStrategy:
-    return postgres_listen_notify.PostgresListenWatch(spec, ctx)
-
-
-def _sql_polling(spec: Any, ctx: base.WatchContext) -> base.WatchStrategy:
-    return sql_polling.SqlPollingWatch(spec, ctx)
-
-
-def builtin_factories() -> dict[str, base.StrategyFactory]:
-    """The strategies this build runs, keyed by `watch.strategy.type`. Loads the plugin entry points."""
-    return {
-        "poll": _poll,
-        "webhook": _webhook,
-        "nats_topic": _nats_topic,
-        "postgres_listen_notify": _postgres_listen_notify,
-        "sql_polling": _sql_polling,
-        "plugin": plugin.PluginRegistry.load(),
-    }
-
-
-def shared_clients(cfg: config.GatewayConfig) -> dict[str, Any]:
-    """The clients watches share for the gateway's lifetime. None connects until a watch needs it."""
-    default = cfg.gateway.nats.url
-    return {nats_topic.SHARED_KEY: nats_topic.NatsConnections(default.get_secret_value() if default else None)}
-
-
-async def close_shared(shared: dict[str, Any]) -> None:
-    connections = shared.get(nats_topic.SHARED_KEY)
-    if isinstance(connections, nats_topic.NatsConnections):
-        await connections.close()
-
-
-def spec_problems(spec: Any, cfg: config.GatewayConfig, factories: dict[str, base.StrategyFactory]) -> list[str]:
-    """Problems with a strategy spec the schema cannot see, each as `<field under strategy>: <message>`."""
-    if isinstance(spec, config.NatsTopicStrategy) and spec.url is None and cfg.gateway.nats.url is None:
-        return ["url: no NATS server for this watch: set url here or gateway.nats.url"]
-    registry = factories.get("plugin")
-    if isinstance(spec, config.PluginStrategy) and isinstance(registry, plugin.PluginRegistry):
-        problem = registry.problem(spec.kind)
-        return [f"kind: {problem}"] if problem else []
-    return []
+async def close_shared(shared: dict[str, base.SharedClient]) -> None:
+    for client in shared.values():
+        await client.close()

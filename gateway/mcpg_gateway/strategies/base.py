@@ -1,6 +1,8 @@
-"""The one small interface every watch strategy implements, and what a strategy is handed.
+"""The one small interface every watch strategy implements, what a strategy is handed, and how it describes itself.
 
-A strategy instance watches one concrete URI. `start` runs before the subscribe is answered (a poll takes its
+Each strategy module exports one `StrategyType` (its `type`, how to build a watch, and an optional client its
+watches share); the registry in `__init__.py` is a mapping built from those. A strategy instance watches one
+concrete URI. `start` runs before the subscribe is answered (a poll takes its
 baseline there, so there is no blind window and a URI the backend refuses is refused up front); `run` then
 runs until cancelled and awaits `fire()` for every change it decides happened; `close` releases connections.
 """
@@ -14,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from mcpg_gateway import catalog
+from mcpg_gateway.contract import config
 
 Fire = Callable[[], Awaitable[None]]
 
@@ -64,8 +67,26 @@ class WatchContext:
     read: Callable[[], Awaitable[bytes]]
     stats: ReadStats
     clock: Clock
-    shared: dict[str, Any] = field(default_factory=dict)
-    """Process-wide clients strategies share (one NATS connection per gateway, for example)."""
+    shared: Any = None
+    """The client every watch of this strategy type shares (`StrategyType.shared`), if it has one."""
 
 
 StrategyFactory = Callable[[Any, WatchContext], WatchStrategy]
+"""Builds the watch of one URI from its strategy spec (the `watch.strategy` model) and its context."""
+
+
+class SharedClient(Protocol):
+    """A client the watches of one strategy type share for the gateway's lifetime."""
+
+    async def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class StrategyType:
+    """What a strategy module tells the registry about itself."""
+
+    type: str
+    """The `watch.strategy.type` it serves."""
+    build: StrategyFactory
+    shared: Callable[[config.GatewayConfig], SharedClient] | None = None
+    """Makes the client its watches share (one NATS connection per server URL), once per gateway."""

@@ -19,14 +19,13 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from mcpg_gateway import config, redaction
+from mcpg_gateway import redaction
+from mcpg_gateway.contract import config
 from mcpg_gateway.errors import StrategyError
 from mcpg_gateway.strategies import base, reconnect
 
 logger = logging.getLogger(__name__)
 
-SHARED_KEY = "nats"
-"""Where the gateway's `NatsConnections` lives in `WatchContext.shared`."""
 CONNECT_TIMEOUT_S = 5
 FLUSH_TIMEOUT_S = 5
 CLIENT_NAME = "mcpg-gateway"
@@ -44,6 +43,11 @@ class NatsConnections:
     def __init__(self, default_url: str | None) -> None:
         self.default_url = default_url
         self._links: dict[str, NatsLink] = {}
+
+    @classmethod
+    def for_gateway(cls, cfg: config.GatewayConfig) -> NatsConnections:
+        default = cfg.gateway.nats.url
+        return cls(default.get_secret_value() if default is not None else None)
 
     def link(self, url: str) -> NatsLink:
         if url not in self._links:
@@ -194,7 +198,7 @@ class NatsTopicWatch:
             await unsubscribe(sub)
 
     def _resolve_link(self) -> NatsLink:
-        connections = self._ctx.shared.get(SHARED_KEY)
+        connections = self._ctx.shared
         if not isinstance(connections, NatsConnections):
             raise StrategyError("this gateway has no NATS connections to share")
         url = self._url or connections.default_url
@@ -212,3 +216,6 @@ class NatsTopicWatch:
     def _on_lost(self, nc: NatsClient) -> None:
         if nc is self._nc:
             self._signal.connection_lost()
+
+
+STRATEGY = base.StrategyType("nats_topic", NatsTopicWatch, shared=NatsConnections.for_gateway)

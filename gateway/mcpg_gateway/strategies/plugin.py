@@ -21,7 +21,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from mcpg_gateway import config
+from mcpg_gateway.contract import config
 from mcpg_gateway.errors import StrategyError
 from mcpg_gateway.strategies import base
 
@@ -84,18 +84,12 @@ class PluginRegistry:
     def kinds(self) -> list[str]:
         return sorted(self._plugins)
 
-    def problem(self, kind: str) -> str | None:
-        """Why a watch with `kind: <kind>` cannot run here, or None if a plugin provides it."""
-        if kind in self._plugins:
-            return None
-        installed = ", ".join(self.kinds) or "none"
-        problem = f"no installed watch-strategy plugin has kind {kind!r} (installed kinds: {installed})"
-        if self.broken:
-            problem += f"; unusable plugins: {'; '.join(self.broken)}"
-        return problem
-
-    def __call__(self, spec: config.PluginStrategy, ctx: base.WatchContext) -> base.WatchStrategy:
+    def build(self, spec: config.PluginStrategy, ctx: base.WatchContext) -> base.WatchStrategy:
         return PluginWatch(self._plugins[spec.kind], spec, ctx)
+
+    def strategy_type(self) -> base.StrategyType:
+        """The `plugin` strategy, served by these plugins."""
+        return base.StrategyType("plugin", self.build)
 
 
 def _kind_of(plugin: Any) -> str:

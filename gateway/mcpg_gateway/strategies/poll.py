@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import logging
 
-from mcpg_gateway import config
+from mcpg_gateway.contract import config
 from mcpg_gateway.errors import ReadError, StrategyError
 from mcpg_gateway.strategies import base
 
@@ -47,3 +47,6 @@ class PollWatch:
 
     async def close(self) -> None:
         return None
+
+
+STRATEGY = base.StrategyType("poll", PollWatch)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from mcpg_gateway import config, redaction
+from mcpg_gateway import redaction
+from mcpg_gateway.contract import config
 from mcpg_gateway.errors import StrategyError
 from mcpg_gateway.strategies import base, pg, reconnect
 
@@ -61,3 +62,6 @@ class PostgresListenWatch:
         if conn is self._conn:
             logger.warning("%s: connection lost", self._what)
             self._signal.connection_lost()
+
+
+STRATEGY = base.StrategyType("postgres_listen_notify", PostgresListenWatch)

@@ -12,16 +12,11 @@ import itertools
 import logging
 from collections.abc import Awaitable, Callable
 
+from mcpg_gateway import backoff
 from mcpg_gateway.errors import StrategyError
 from mcpg_gateway.strategies import base
 
 logger = logging.getLogger(__name__)
-
-BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)
-
-
-def backoff_s(attempt: int) -> float:
-    return BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)]
 
 
 class Signal:
@@ -67,7 +62,7 @@ async def reconnect(connect: Callable[[], Awaitable[None]], ctx: base.WatchConte
             await connect()
         except StrategyError as e:
             ctx.stats.failed()
-            delay = backoff_s(attempt)
+            delay = backoff.delay_s(attempt)
             logger.warning("%s: reconnect failed (%s); next attempt in %.0f s", what, e, delay)
             await ctx.clock.sleep(delay)
             continue

@@ -22,7 +22,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from mcpg_gateway import config, redaction
+from mcpg_gateway import redaction
+from mcpg_gateway.contract import config
 from mcpg_gateway.errors import StrategyError
 from mcpg_gateway.strategies import base, pg
 
@@ -138,3 +139,6 @@ class SqlPollingWatch:
         if self._conn is None or self._conn.is_closed():
             self._conn = await pg.connect(self._url, APPLICATION_NAME, default_transaction_read_only="on")
         return self._conn
+
+
+STRATEGY = base.StrategyType("sql_polling", SqlPollingWatch)

@@ -7,8 +7,11 @@ import logging
 
 import httpx2
 import pytest
-
-from ...conftest import GatewayFactory, ManualClock, Upstream, gateway_config, listen_client, resource, subscribed
+from mcpg_testing.clients import listen_client, subscribed
+from mcpg_testing.clock import ManualClock
+from mcpg_testing.configs import gateway_config, resource
+from mcpg_testing.gateways import GatewayFactory
+from mcpg_testing.upstream import Upstream
 
 HOOK, POLLED = "drive://folder/reports", "drive://file/notes"
 

@@ -16,8 +16,11 @@ import pytest
 import yaml
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
-
-from ...conftest import ANONYMOUS_AUTH, BOUND_S, GatewayFactory, Upstream, gateway_config, resource, subscribed
+from mcpg_testing import BOUND_S
+from mcpg_testing.clients import subscribed
+from mcpg_testing.configs import ANONYMOUS_AUTH, gateway_config, resource
+from mcpg_testing.gateways import GatewayFactory
+from mcpg_testing.upstream import Upstream
 
 ROOT = Path(__file__).parents[3]
 GATEWAY = [sys.executable, "-m", "mcpg_gateway"]

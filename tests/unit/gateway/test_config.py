@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from mcpg_gateway import config, loading
-from mcpg_gateway.errors import ConfigError
+from mcpg_gateway.contract import check, config
+from mcpg_gateway.contract.errors import ConfigError
 
 EXAMPLES = Path(__file__).parents[3] / "examples" / "gateway"
 EXAMPLE_ENV = {
@@ -21,8 +21,8 @@ EXAMPLE_ENV = {
 
 def problems(raw: dict[str, Any], env: dict[str, str] | None = None) -> list[str]:
     with pytest.raises(ConfigError) as e:
-        loading.load_dict(raw, env or {})
-    return e.value.problems
+        check.load(raw, environ=env or {})
+    return [str(p) for p in e.value.problems]
 
 
 def one_resource(**overrides: Any) -> dict[str, Any]:
@@ -33,19 +33,19 @@ def one_resource(**overrides: Any) -> dict[str, Any]:
 
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
 def test_every_example_from_the_guide_loads_verbatim(path: Path) -> None:
-    cfg = loading.load_file(path, EXAMPLE_ENV)
+    cfg = check.load_file(path, environ=EXAMPLE_ENV)
     assert cfg.mcp.capabilities.resources or cfg.mcp.capabilities.resource_templates
 
 
 def test_omitted_strategy_means_poll_at_60000_ms() -> None:
-    cfg = loading.load_dict(one_resource(watch={}), {})
+    cfg = check.load(one_resource(watch={}), environ={})
     strategy = cfg.mcp.capabilities.resources[0].watch.strategy  # type: ignore[union-attr]
     assert isinstance(strategy, config.PollStrategy)
     assert strategy.effective_interval_ms == 60_000
 
 
 def test_poll_interval_has_a_ten_second_floor() -> None:
-    cfg = loading.load_dict(one_resource(watch={"strategy": {"type": "poll", "interval_ms": 500}}), {})
+    cfg = check.load(one_resource(watch={"strategy": {"type": "poll", "interval_ms": 500}}), environ={})
     strategy = cfg.mcp.capabilities.resources[0].watch.strategy  # type: ignore[union-attr]
     assert isinstance(strategy, config.PollStrategy)
     assert strategy.interval_ms == 500
@@ -53,7 +53,7 @@ def test_poll_interval_has_a_ten_second_floor() -> None:
 
 
 def test_env_references_resolve_inside_backend_and_strategy_values() -> None:
-    cfg = loading.load_file(EXAMPLES / "poll-drive-folder.yaml", EXAMPLE_ENV)
+    cfg = check.load_file(EXAMPLES / "poll-drive-folder.yaml", environ=EXAMPLE_ENV)
     backend = cfg.mcp.capabilities.resources[0].backend
     assert backend.headers["Authorization"].get_secret_value() == "Bearer g-secret"
     assert "g-secret" not in repr(cfg)
@@ -148,6 +148,6 @@ def test_unreadable_yaml_is_one_clear_problem(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("mcp: [unclosed\n")
     with pytest.raises(ConfigError) as e:
-        loading.load_file(bad)
-    [message] = e.value.problems
+        check.load_file(bad)
+    [message] = map(str, e.value.problems)
     assert message.startswith(f"{bad}: not valid YAML")

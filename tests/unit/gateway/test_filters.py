@@ -14,27 +14,19 @@ from typing import Any
 
 import httpx2
 import pytest
+from mcpg_testing.clients import ERAS, Subscription, subscribed
+from mcpg_testing.clock import ManualClock
+from mcpg_testing.configs import bearer, gateway_config, principal, resource
+from mcpg_testing.gateways import GatewayFactory, RunningGateway
+from mcpg_testing.upstream import Upstream
 
-from mcpg_gateway import catalog, config, loading, policy, watchers
-from mcpg_gateway.errors import ConfigError
+from mcpg_gateway import catalog, policy, watchers
+from mcpg_gateway.contract import check, config
+from mcpg_gateway.contract.errors import ConfigError
 from mcpg_gateway.identity import Principal
 from mcpg_gateway.metrics import Metrics
 from mcpg_gateway.strategies import base, memory
 from mcpg_gateway.subscribers import Subscriber
-
-from ...conftest import (
-    ERAS,
-    GatewayFactory,
-    ManualClock,
-    RunningGateway,
-    Subscription,
-    Upstream,
-    bearer,
-    gateway_config,
-    principal,
-    resource,
-    subscribed,
-)
 
 PEOPLE = ("alice", "bob", "carol")
 INBOXES = [f"mail://inbox/{who}" for who in PEOPLE]
@@ -201,8 +193,8 @@ def test_scope_subject_id_without_a_subject_is_rejected_at_load(entry: dict[str,
         "watch": {"notification_filter": {"scope": "subject_id"}},
     }
     with pytest.raises(ConfigError) as e:
-        loading.load_dict({"mcp": {"capabilities": {kind: [full]}}}, {})
-    [message] = e.value.problems
+        check.load({"mcp": {"capabilities": {kind: [full]}}}, environ={})
+    [message] = map(str, e.value.problems)
     assert message.startswith(problem)
 
 
@@ -212,7 +204,7 @@ async def test_a_fire_offers_the_uri_only_to_subscribers_the_audience_admits() -
     async def never_read(b: catalog.Binding) -> bytes:
         raise AssertionError("the memory strategy never reads")
 
-    build = watchers.build_with({"poll": hub.factory}, never_read, base.RealClock())
+    build = watchers.build_with(hub.factory, never_read, base.RealClock())
     admitted = Subscriber("session", Principal("yes"))
     refused = Subscriber("session", Principal("no"))
     registry = watchers.WatchRegistry(

@@ -7,21 +7,14 @@ from typing import Any
 
 import httpx2
 import pytest
+from mcpg_testing.clients import ERAS, subscribed
+from mcpg_testing.configs import bearer, gateway_config, principal, resource
+from mcpg_testing.gateways import GatewayFactory, RunningGateway
+from mcpg_testing.upstream import Upstream
 
-from mcpg_gateway import identity, loading
-from mcpg_gateway.errors import ConfigError
-
-from ...conftest import (
-    ERAS,
-    GatewayFactory,
-    RunningGateway,
-    Upstream,
-    bearer,
-    gateway_config,
-    principal,
-    resource,
-    subscribed,
-)
+from mcpg_gateway import identity
+from mcpg_gateway.contract import check
+from mcpg_gateway.contract.errors import ConfigError
 
 HOOK = "report://daily"
 TOKENS = {"alice": "alice-s3cret-token", "bob": "bob-s3cret-token", "carol": "carol-s3cret-token"}
@@ -87,7 +80,7 @@ async def test_anonymous_access_serves_a_client_without_a_token_only_when_enable
     # Presenting a wrong token is not anonymity: it is refused even with anonymous access on.
     assert (await post(gw.mcp_url, INITIALIZE, bearer("wrong"))).status_code == 401
     async with subscribed(gw.mcp_url, "listen", HOOK):
-        [watcher] = gw.gw.registry.watchers()
+        [watcher] = gw.gw.running_watches()
         assert [s.principal.principal_id for s in watcher.subscribers if s.principal] == ["guest"]
 
 
@@ -101,7 +94,7 @@ async def test_each_subscriber_holds_the_principal_its_token_names(
         subscribed(gw.mcp_url, mode, HOOK, bearer(TOKENS["bob"])),
         subscribed(gw.mcp_url, mode, HOOK, bearer(TOKENS["carol"])),
     ):
-        [watcher] = gw.gw.registry.watchers()
+        [watcher] = gw.gw.running_watches()
         principals = {s.principal.principal_id: s.principal for s in watcher.subscribers if s.principal}
     assert set(principals) == {"alice", "bob", "carol"}
     alice = principals["alice"]
@@ -139,7 +132,7 @@ async def test_tokens_never_reach_logs_or_metrics(
 
 
 async def test_the_verifier_returns_the_principal_and_keeps_no_token() -> None:
-    ident = identity.Identity(loading.load_dict(gateway_config(auth=auth())).gateway.auth)
+    ident = identity.Identity(check.load(gateway_config(auth=auth())).gateway.auth)
     token = await ident.verify_token(TOKENS["bob"])
     assert token is not None
     assert (token.client_id, token.subject) == ("bob", "bob")
@@ -152,8 +145,8 @@ async def test_the_verifier_returns_the_principal_and_keeps_no_token() -> None:
 
 def problems(auth_section: dict[str, Any]) -> list[str]:
     with pytest.raises(ConfigError) as e:
-        loading.load_dict(gateway_config(auth=auth_section), {})
-    return e.value.problems
+        check.load(gateway_config(auth=auth_section), environ={})
+    return [str(p) for p in e.value.problems]
 
 
 def test_a_principal_id_or_token_digest_used_twice_is_rejected() -> None:

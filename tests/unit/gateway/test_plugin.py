@@ -8,13 +8,14 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import pytest
+from mcpg_testing.configs import gateway_config, resource
 
-from mcpg_gateway import catalog, config, loading
-from mcpg_gateway.errors import ConfigError, StrategyError
-from mcpg_gateway.service import Gateway, Options
+from mcpg_gateway import catalog
+from mcpg_gateway.contract import check, config
+from mcpg_gateway.contract.errors import ConfigError
+from mcpg_gateway.errors import StrategyError
+from mcpg_gateway.gateway import Gateway, Options
 from mcpg_gateway.strategies import base, plugin
-
-from ...conftest import gateway_config, resource
 
 
 @dataclass
@@ -76,7 +77,7 @@ def failing(name: str, error: Exception) -> FakeEntryPoint:
 def test_each_entry_point_is_registered_under_its_kind_not_its_name() -> None:
     registry = plugin.PluginRegistry.load([ep("whatever", Recorder), ep("exploding", Exploding)])
     assert registry.kinds == ["exploding", "recorder"]
-    assert registry.problem("recorder") is None
+    Gateway(plugin_config("recorder"), Options(plugins=registry))  # a provided kind starts
 
 
 def test_entry_points_come_from_the_mcpg_watch_strategies_group(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -93,10 +94,10 @@ def test_entry_points_come_from_the_mcpg_watch_strategies_group(monkeypatch: pyt
 
 def test_an_unknown_kind_is_explained_with_the_installed_kinds() -> None:
     registry = plugin.PluginRegistry.load([ep("recorder", Recorder)])
-    assert registry.problem("twilio_inbound") == (
+    assert missing(registry, "twilio_inbound") == (
         "no installed watch-strategy plugin has kind 'twilio_inbound' (installed kinds: recorder)"
     )
-    assert "installed kinds: none" in str(plugin.PluginRegistry.load([]).problem("x"))
+    assert "installed kinds: none" in missing(plugin.PluginRegistry.load([]), "x")
 
 
 @pytest.mark.parametrize(
@@ -110,8 +111,7 @@ def test_an_unknown_kind_is_explained_with_the_installed_kinds() -> None:
 def test_an_unusable_entry_point_is_skipped_and_named_when_a_kind_is_missing(entry: FakeEntryPoint, why: str) -> None:
     registry = plugin.PluginRegistry.load([entry, ep("recorder", Recorder)])
     assert registry.kinds == ["recorder"]
-    problem = registry.problem("sms")
-    assert problem is not None
+    problem = missing(registry, "sms")
     assert f"entry point {entry.name!r}" in problem
     assert why in problem
 
@@ -119,21 +119,30 @@ def test_an_unusable_entry_point_is_skipped_and_named_when_a_kind_is_missing(ent
 def test_two_plugins_claiming_one_kind_make_it_unavailable_and_say_so() -> None:
     registry = plugin.PluginRegistry.load([ep("one", Recorder), ep("two", AlsoRecorder)])
     assert registry.kinds == []
-    assert "kind 'recorder' is provided by both 'one' and 'two'" in str(registry.problem("recorder"))
+    assert "kind 'recorder' is provided by both 'one' and 'two'" in missing(registry, "recorder")
 
 
 def plugin_config(kind: str, **extra: Any) -> config.GatewayConfig:
     raw = gateway_config(
         resource("inbound", "phone://inbound", "http://127.0.0.1:9/", {"type": "plugin", "kind": kind, **extra})
     )
-    return loading.load_dict(raw, {})
+    return check.load(raw, environ={})
+
+
+def missing(registry: plugin.PluginRegistry, kind: str) -> str:
+    """Why a gateway with these plugins refuses a watch of `kind` (the contract's check, as the gateway asks it)."""
+    with pytest.raises(ConfigError) as caught:
+        Gateway(plugin_config(kind), Options(plugins=registry))
+    [problem] = caught.value.problems
+    assert problem.path == "mcp.capabilities.resources[0].watch.strategy.kind"
+    return problem.message
 
 
 def test_a_watch_naming_a_missing_kind_stops_the_gateway_naming_the_field() -> None:
     registry = plugin.PluginRegistry.load([ep("recorder", Recorder)])
     with pytest.raises(ConfigError) as caught:
-        Gateway(plugin_config("twilio_inbound"), Options(factories={"plugin": registry}))
-    assert caught.value.problems == [
+        Gateway(plugin_config("twilio_inbound"), Options(plugins=registry))
+    assert [str(p) for p in caught.value.problems] == [
         "mcp.capabilities.resources[0].watch.strategy.kind: no installed watch-strategy plugin has kind "
         "'twilio_inbound' (installed kinds: recorder)"
     ]
@@ -153,7 +162,7 @@ async def test_the_plugin_receives_the_whole_spec_including_its_own_fields() -> 
     Recorder.specs.clear()
     registry = plugin.PluginRegistry.load([ep("recorder", Recorder)])
     spec = config.PluginStrategy.model_validate({"type": "plugin", "kind": "recorder", "kinds": ["sms", "voice"]})
-    watch = registry(spec, context())
+    watch = registry.build(spec, context())
     await watch.start()
     await watch.close()
     assert Recorder.specs == [{"type": "plugin", "kind": "recorder", "kinds": ["sms", "voice"]}]
@@ -161,7 +170,7 @@ async def test_the_plugin_receives_the_whole_spec_including_its_own_fields() -> 
 
 async def test_a_plugin_that_fails_to_build_refuses_with_its_error_type_only() -> None:
     registry = plugin.PluginRegistry.load([ep("exploding", Exploding)])
-    watch = registry(config.PluginStrategy.model_validate({"type": "plugin", "kind": "exploding"}), context())
+    watch = registry.build(config.PluginStrategy.model_validate({"type": "plugin", "kind": "exploding"}), context())
     with pytest.raises(StrategyError, match=r"^plugin 'exploding' could not be set up \(KeyError\)$"):
         await watch.start()
     await watch.close()  # after a failed start, as the registry does

@@ -13,25 +13,16 @@ import pytest
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
+from mcpg_testing.clients import ERAS, refusal, subscribed
+from mcpg_testing.configs import bearer, gateway_config, principal, resource
+from mcpg_testing.gateways import GatewayFactory, RunningGateway
+from mcpg_testing.upstream import Upstream
 
 from mcpg_gateway import __main__ as gateway_main
-from mcpg_gateway import errors, loading, policy
-from mcpg_gateway.errors import ConfigError
+from mcpg_gateway import errors, policy
+from mcpg_gateway.contract import check
+from mcpg_gateway.contract.errors import ConfigError
 from mcpg_gateway.metrics import Metrics
-from mcpg_gateway.service import Gateway
-
-from ...conftest import (
-    ERAS,
-    GatewayFactory,
-    RunningGateway,
-    Upstream,
-    bearer,
-    gateway_config,
-    principal,
-    refusal,
-    resource,
-    subscribed,
-)
 
 EXAMPLES = Path(__file__).parents[3] / "examples" / "gateway"
 LEDGER = "ledger://finance/current"
@@ -117,7 +108,7 @@ async def test_a_refused_subscribe_or_listen_is_indistinguishable_from_an_unknow
     refused = await refusal(running.mcp_url, mode, [LEDGER], BOB)
     unknown = await refusal(running.mcp_url, mode, [NOWHERE], BOB)
     assert shape(refused, LEDGER) == shape(unknown, NOWHERE) == (-32602, "unknown resource: <uri>")
-    assert running.gw.registry.watchers() == []
+    assert running.gw.running_watches() == []
 
 
 @ERAS
@@ -141,7 +132,7 @@ async def test_a_permitted_principal_subscribes_and_is_told(running: RunningGate
 async def test_a_listen_naming_one_refused_uri_is_refused_whole(running: RunningGateway) -> None:
     e = await refusal(running.mcp_url, "listen", [NOTICE, LEDGER], BOB)
     assert shape(e, LEDGER) == (-32602, "unknown resource: <uri>")
-    assert running.gw.registry.watchers() == []
+    assert running.gw.running_watches() == []
 
 
 @ERAS
@@ -185,10 +176,9 @@ async def test_an_evaluation_error_refuses_that_caller_only_and_is_counted(
 
 def load_problems(**fields: Any) -> list[str]:
     entry = {"name": "ledger", "uri": LEDGER, "backend": {"kind": "http", "url": "http://u/"}, **fields}
-    cfg = loading.load_dict(gateway_config(entry), {})
     with pytest.raises(ConfigError) as e:
-        Gateway(cfg)
-    return e.value.problems
+        check.load(gateway_config(entry), environ={})
+    return [str(p) for p in e.value.problems]
 
 
 @pytest.mark.parametrize(
@@ -237,5 +227,5 @@ def test_the_cli_refuses_to_start_on_a_broken_expression(tmp_path: Path, capsys:
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
 def test_every_example_expression_compiles(path: Path) -> None:
     env = {"GOOGLE_TOKEN": "g", "REPORTS_WEBHOOK_TOKEN": "n", "REPORTS_WEBHOOK_TOKEN_OLD": "o"}
-    cfg = loading.load_file(path, {**env, "QUICKSTART_WEBHOOK_TOKEN": "q"})
+    cfg = check.load_file(path, environ={**env, "QUICKSTART_WEBHOOK_TOKEN": "q"})
     policy.Policies(cfg.mcp.capabilities, Metrics())

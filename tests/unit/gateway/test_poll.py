@@ -5,13 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from mcpg_testing.clock import ManualClock
+from mcpg_testing.configs import gateway_config, resource
+from mcpg_testing.upstream import Upstream
 
-from mcpg_gateway import loading
+from mcpg_gateway.contract import check
 from mcpg_gateway.errors import StrategyError
-from mcpg_gateway.service import Gateway, Options
+from mcpg_gateway.gateway import Gateway, Options
+from mcpg_gateway.identity import Principal
 from mcpg_gateway.subscribers import Subscriber
-
-from ...conftest import ManualClock, Upstream, gateway_config, resource
 
 URI = "drive://folder/reports"
 
@@ -20,14 +22,14 @@ def make_gateway(upstream: Upstream, clock: ManualClock, **backend: Any) -> Gate
     raw = gateway_config(
         resource("reports", URI, f"{upstream.url}/doc", {"type": "poll", "interval_ms": 500}, **backend)
     )
-    return Gateway(loading.load_dict(raw, {}), Options(clock=clock))
+    return Gateway(check.load(raw, environ={}), Options(clock=clock))
 
 
 async def subscribed(gw: Gateway) -> Subscriber:
     sub = Subscriber("session")
-    binding = gw.catalog.resolve(URI)
+    binding = gw.readable(URI, Principal("tester"))
     assert binding is not None
-    await gw.registry.subscribe(binding, sub)
+    await gw.subscribe(binding, sub)
     return sub
 
 
@@ -83,7 +85,7 @@ async def test_a_failed_fetch_is_skipped_without_moving_the_baseline_and_is_coun
     upstream.set("/doc", '{"v": 1}')  # back to what the baseline saw: still no change
     await clock.tick()
     assert sub.outbox.pending == 0
-    watcher = gw.registry.get(URI)
+    watcher = gw.watcher(URI)
     assert watcher is not None
     assert watcher.stats.failures == 1
     assert watcher.stats.last_success is not None
@@ -117,5 +119,5 @@ async def test_a_uri_the_backend_refuses_is_refused_at_subscribe_time(upstream: 
     gw = make_gateway(upstream, clock)  # no document: the upstream answers 404
     with pytest.raises(StrategyError, match="HTTP 404"):
         await subscribed(gw)
-    assert gw.registry.watchers() == []
+    assert gw.running_watches() == []
     await gw.aclose()

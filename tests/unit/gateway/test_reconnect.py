@@ -6,11 +6,13 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-from mcpg_gateway import catalog, loading
+from mcpg_testing import BOUND_S
+from mcpg_testing.configs import gateway_config, resource
+
+from mcpg_gateway import backoff, catalog
+from mcpg_gateway.contract import check
 from mcpg_gateway.errors import StrategyError
 from mcpg_gateway.strategies import base, reconnect
-
-from ...conftest import BOUND_S, gateway_config, resource
 
 
 class InstantClock:
@@ -25,7 +27,7 @@ class InstantClock:
 
 def context(clock: base.Clock) -> base.WatchContext:
     raw = gateway_config(resource("r", "x://r", "http://127.0.0.1:9/", {"type": "webhook"}))
-    binding = catalog.Catalog(loading.load_dict(raw, {}).mcp.capabilities).resolve("x://r")
+    binding = catalog.Catalog(check.load(raw, environ={}).mcp.capabilities).resolve("x://r")
     assert binding is not None
 
     async def read() -> bytes:
@@ -90,4 +92,4 @@ async def test_a_lost_connection_is_retried_with_backoff_counted_and_then_fires_
 
 
 def test_backoff_grows_then_stays_at_its_ceiling() -> None:
-    assert [reconnect.backoff_s(n) for n in range(7)] == [1.0, 2.0, 5.0, 10.0, 30.0, 30.0, 30.0]
+    assert [backoff.delay_s(n) for n in range(7)] == [1.0, 2.0, 5.0, 10.0, 30.0, 30.0, 30.0]

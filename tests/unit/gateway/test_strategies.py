@@ -5,12 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from mcpg_testing.configs import gateway_config, resource
 
-from mcpg_gateway import loading
-from mcpg_gateway.errors import ConfigError
-from mcpg_gateway.service import Gateway
-
-from ...conftest import gateway_config, resource
+from mcpg_gateway.contract import check
+from mcpg_gateway.contract.errors import ConfigError
+from mcpg_gateway.gateway import Gateway
 
 
 def nats_config(strategy_url: str | None, default_url: str | None) -> dict[str, Any]:
@@ -23,8 +22,8 @@ def nats_config(strategy_url: str | None, default_url: str | None) -> dict[str, 
 
 def test_a_nats_watch_without_a_server_anywhere_stops_the_gateway_naming_the_field() -> None:
     with pytest.raises(ConfigError) as caught:
-        Gateway(loading.load_dict(nats_config(None, None), {}))
-    assert caught.value.problems == [
+        Gateway(check.load(nats_config(None, None), environ={}))
+    assert [str(p) for p in caught.value.problems] == [
         "mcp.capabilities.resources[0].watch.strategy.url: no NATS server for this watch: set url here or "
         "gateway.nats.url"
     ]
@@ -34,5 +33,5 @@ def test_a_nats_watch_without_a_server_anywhere_stops_the_gateway_naming_the_fie
 async def test_a_nats_server_on_the_strategy_or_the_gateway_is_enough(
     strategy_url: str | None, default_url: str | None
 ) -> None:
-    gw = Gateway(loading.load_dict(nats_config(strategy_url, default_url), {}))
+    gw = Gateway(check.load(nats_config(strategy_url, default_url), environ={}))
     await gw.aclose()  # nothing connected: connections are opened by the first watch that needs one

@@ -10,23 +10,13 @@ import pytest
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
+from mcpg_testing.clients import ERAS, legacy_client, listen_client, refusal, subscribe, subscribed, unsubscribe
+from mcpg_testing.clock import ManualClock
+from mcpg_testing.configs import gateway_config, resource
+from mcpg_testing.gateways import GatewayFactory
+from mcpg_testing.upstream import Upstream
 
 from mcpg_gateway import errors
-
-from ...conftest import (
-    ERAS,
-    GatewayFactory,
-    ManualClock,
-    Upstream,
-    gateway_config,
-    legacy_client,
-    listen_client,
-    refusal,
-    resource,
-    subscribe,
-    subscribed,
-    unsubscribe,
-)
 
 HOOK = "drive://folder/reports"
 POLLED = "drive://file/notes"
@@ -116,7 +106,7 @@ async def test_subscribing_to_a_template_uri_watches_that_concrete_uri(
 ) -> None:  # type: ignore[no-untyped-def]
     upstream.set("/docs/a b", "first")  # the upstream sees the decoded path
     async with subscribed(running.mcp_url, mode, "drive://doc/a%20b") as sub:
-        assert [w.uri for w in running.gw.registry.watchers()] == ["drive://doc/a%20b"]
+        assert [w.uri for w in running.gw.running_watches()] == ["drive://doc/a%20b"]
         upstream.set("/docs/a b", "second")
         await clock.tick()
         assert await sub.next_update() == "drive://doc/a%20b"
@@ -127,7 +117,7 @@ async def test_every_subscriber_of_a_uri_is_told_once_across_both_eras(running) 
         assert (await post_webhook(running.base, "tok-new")).status_code == 200
         assert await a.next_update() == HOOK
         assert await b.next_update() == HOOK
-        watcher = running.gw.registry.get(HOOK)
+        watcher = running.gw.watcher(HOOK)
         assert watcher is not None
         assert len(watcher.subscribers) == 2
 
@@ -136,26 +126,26 @@ async def test_unsubscribe_stops_notifications_and_the_watcher(running) -> None:
     async with legacy_client(running.mcp_url) as sub:
         await subscribe(sub, HOOK)
         await unsubscribe(sub, HOOK)
-        assert running.gw.registry.watchers() == []
+        assert running.gw.running_watches() == []
 
 
 async def test_closing_a_legacy_session_is_an_implicit_unsubscribe(running) -> None:  # type: ignore[no-untyped-def]
     async with legacy_client(running.mcp_url) as sub:
         await subscribe(sub, HOOK)
         await subscribe(sub, POLLED)
-        assert len(running.gw.registry.watchers()) == 2
+        assert len(running.gw.running_watches()) == 2
     # Leaving the client sends DELETE; the SDK unwinds the session and our cleanup runs with it.
     async with asyncio.timeout(5):
-        while running.gw.registry.watchers():
+        while running.gw.running_watches():
             await asyncio.sleep(0)
     assert running.gw.metrics.subscribers.labels("session")._value.get() == 0
 
 
 async def test_dropping_a_listen_stream_is_an_implicit_unsubscribe(running) -> None:  # type: ignore[no-untyped-def]
     async with listen_client(running.mcp_url, [HOOK, POLLED]):
-        assert {w.uri for w in running.gw.registry.watchers()} == {HOOK, POLLED}
+        assert {w.uri for w in running.gw.running_watches()} == {HOOK, POLLED}
     async with asyncio.timeout(5):
-        while running.gw.registry.watchers() or running.gw.listeners:
+        while running.gw.running_watches() or running.gw.subscribers.listening:
             await asyncio.sleep(0)
 
 
@@ -170,7 +160,7 @@ async def test_a_resource_without_a_watch_cannot_be_subscribed(running, mode: st
     e = await refusal(running.mcp_url, mode, [PLAIN])
     assert e.code == errors.NOT_SUBSCRIBABLE
     assert e.message == f"{PLAIN} has no watch configured, so it cannot be subscribed"
-    assert running.gw.registry.watchers() == []
+    assert running.gw.running_watches() == []
 
 
 @ERAS
@@ -181,13 +171,13 @@ async def test_a_uri_the_backend_refuses_is_refused_before_any_acknowledgement(r
         "the watch could not start: baseline read failed: drive://doc/missing: upstream answered HTTP 404, "
         "expected one of 200"
     )
-    assert running.gw.registry.watchers() == []
+    assert running.gw.running_watches() == []
 
 
 async def test_a_listen_with_one_bad_uri_is_refused_whole_and_starts_nothing(running) -> None:  # type: ignore[no-untyped-def]
     e = await refusal(running.mcp_url, "listen", [HOOK, "drive://nope"])
     assert e.code == -32602
-    assert running.gw.registry.watchers() == []
+    assert running.gw.running_watches() == []
 
 
 async def test_read_goes_through_the_backend_binding(running, upstream: Upstream) -> None:  # type: ignore[no-untyped-def]

@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 
-from mcpg_gateway import catalog, config, watchers
+from mcpg_gateway import catalog, watchers
+from mcpg_gateway.contract import config
 from mcpg_gateway.errors import StrategyError
 from mcpg_gateway.metrics import Metrics
 from mcpg_gateway.strategies import base, memory
@@ -31,7 +32,7 @@ def hub() -> memory.MemoryHub:
 
 @pytest.fixture
 def registry(hub: memory.MemoryHub) -> watchers.WatchRegistry:
-    build = watchers.build_with({"poll": hub.factory}, never_read, base.RealClock())
+    build = watchers.build_with(hub.factory, never_read, base.RealClock())
     return watchers.WatchRegistry(build, Metrics())
 
 
@@ -135,7 +136,7 @@ async def test_a_crashing_strategy_is_restarted_and_counted() -> None:
         async def sleep(self, seconds: float) -> None:
             released.set()
 
-    build = watchers.build_with({"poll": lambda spec, ctx: Crashy(ctx.clock)}, never_read, Clock())
+    build = watchers.build_with(lambda spec, ctx: Crashy(ctx.clock), never_read, Clock())
     registry = watchers.WatchRegistry(build, metrics, Clock())
     sub = Subscriber("session")
     await registry.subscribe(binding("x://1"), sub)

@@ -7,10 +7,12 @@ import uuid
 
 import httpx2
 import pytest
+from mcpg_testing.configs import gateway_config, resource
+from mcpg_testing.gateways import GatewayFactory, fired
+from mcpg_testing.upstream import Upstream
 
-from mcpg_gateway import loading, webhooks
-
-from ...conftest import GatewayFactory, Upstream, gateway_config, resource
+from mcpg_gateway import webhooks
+from mcpg_gateway.contract import check
 
 URI = "drive://folder/reports"
 
@@ -88,7 +90,7 @@ def test_two_resources_sharing_a_token_log_the_collision_naming_both_and_the_lat
         resource("first", "x://1", "http://u/", {"type": "webhook", "token": "shared-secret"}),
         resource("second", "x://2", "http://u/", {"type": "webhook", "token": "shared-secret"}),
     )
-    cfg = loading.load_dict(raw, {})
+    cfg = check.load(raw, environ={})
     with caplog.at_level(logging.ERROR, logger="mcpg_gateway.webhooks"):
         index = webhooks.build_index(cfg.mcp.capabilities.resources)
     route = index.lookup("shared-secret")
@@ -99,7 +101,7 @@ def test_two_resources_sharing_a_token_log_the_collision_naming_both_and_the_lat
 
 
 def test_an_empty_token_gets_a_uuid4_generated_at_startup_and_logged_once(caplog: pytest.LogCaptureFixture) -> None:
-    cfg = loading.load_dict(gateway_config(resource("r", "x://r", "http://u/", {"type": "webhook"})), {})
+    cfg = check.load(gateway_config(resource("r", "x://r", "http://u/", {"type": "webhook"})), environ={})
     with caplog.at_level(logging.WARNING, logger="mcpg_gateway.webhooks"):
         index = webhooks.build_index(cfg.mcp.capabilities.resources)
     [route] = index.routes()
@@ -123,7 +125,7 @@ async def test_the_webhook_route_only_takes_post(gw) -> None:  # type: ignore[no
         resp = await http.get("/webhooks/resource-updated/good")
     assert resp.status_code == 405
     assert resp.headers["allow"] == "POST"
-    assert gw.gw.registry.watchers() == []
+    assert fired(gw, "webhook") == 0
 
 
 async def test_a_token_with_a_slash_is_simply_unknown(gw) -> None:  # type: ignore[no-untyped-def]

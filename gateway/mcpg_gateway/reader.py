@@ -1,4 +1,4 @@
-"""Backend bindings: how a resource's content is fetched. One pooled aiohttp session serves every read.
+"""Reading a resource through its backend binding. One pooled aiohttp session serves every read.
 
 A read either returns the exact bytes the upstream sent (the poll strategy hashes them) or raises `ReadError`
 with a message that names the resource and what was wrong, never a header value.
@@ -12,7 +12,8 @@ from urllib.parse import quote
 
 import aiohttp
 
-from mcpg_gateway import catalog, config
+from mcpg_gateway import catalog
+from mcpg_gateway.contract import config
 from mcpg_gateway.errors import ReadError
 
 

@@ -1,4 +1,4 @@
-"""Run a gateway: both HTTP servers and the MCP session manager on one event loop, and a graceful stop.
+"""The gateway's servers: both HTTP servers and the MCP session manager on one event loop, and a graceful stop.
 
 Stop order matters: answer every subscriptions/listen stream (so clients see a deliberate end, not a drop),
 stop accepting connections, close MCP sessions (which ends their GET streams), then stop the watchers.
@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import uvicorn
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
-from mcpg_gateway import http_app, mcp_server
-from mcpg_gateway.service import Gateway
+from mcpg_gateway import admin_app, mcp_handlers, public_app
+from mcpg_gateway.gateway import Gateway
 
 logger = logging.getLogger(__name__)
 
@@ -67,13 +67,13 @@ async def serve(
 ) -> None:
     """Serve until `stop` is set, then shut down gracefully."""
     manager = StreamableHTTPSessionManager(
-        mcp_server.build_server(gw),
+        mcp_handlers.build_server(gw),
         stateless=False,
         session_idle_timeout=gw.config.gateway.server.session_idle_timeout_s,
     )
     public_sock, admin_sock = _bind(host, port), _bind(host, admin_port)
-    public = _uvicorn(http_app.public_app(gw, manager), graceful_s=3)
-    admin = _uvicorn(http_app.admin_app(gw), graceful_s=1)
+    public = _uvicorn(public_app.build(gw, manager), graceful_s=3)
+    admin = _uvicorn(admin_app.build(gw), graceful_s=1)
     try:
         async with manager.run():
             tasks = [
@@ -87,8 +87,8 @@ async def serve(
             stopper = asyncio.create_task(stop.wait())
             await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
             stopper.cancel()
-            gw.end_listen_streams()
-            if not await gw.wait_listen_streams_ended(LISTEN_DRAIN_TIMEOUT_S):
+            gw.subscribers.end_listen_streams()
+            if not await gw.subscribers.wait_listen_streams_ended(LISTEN_DRAIN_TIMEOUT_S):
                 logger.warning("some listen streams did not end in time; closing them with their sessions")
             public.should_exit = admin.should_exit = True
         await asyncio.gather(*tasks)

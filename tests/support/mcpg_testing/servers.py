@@ -9,6 +9,7 @@ PostgreSQL refuses to run as root, so under root it runs as `nobody` (no user is
 from __future__ import annotations
 
 import collections
+import contextlib
 import importlib.util
 import os
 import pwd
@@ -21,10 +22,13 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
+
+import asyncpg
 
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 15.0
@@ -208,3 +212,14 @@ def start_postgres() -> PostgresServer:
         shutil.rmtree(root, ignore_errors=True)
         raise
     return server
+
+
+@contextlib.asynccontextmanager
+async def connected(url: str) -> AsyncIterator[Any]:
+    """A plain asyncpg connection for the test itself (NOTIFY, inserts, pg_stat_activity), closed afterwards."""
+    conn = await asyncpg.connect(url)
+    try:
+        yield conn
+    finally:
+        if not conn.is_closed():
+            await conn.close()

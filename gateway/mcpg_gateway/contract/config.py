@@ -4,7 +4,7 @@ The operator renders exactly this model into a Secret; a standalone gateway load
 the one the watching guide uses (`mcp.capabilities.resources[].watch.strategy`), snake_case on the wire.
 Secrets (header values, webhook tokens, database URLs) are `SecretStr` so no repr or log can print them; client
 bearer tokens never appear at all, only their SHA-256 digests. CEL expressions (read policies, notification
-filters) are plain strings here: they are compiled by the gateway (`policy.py`), so this model needs no CEL.
+filters) are plain strings here; `cel.py` compiles and type-checks them.
 """
 
 from __future__ import annotations
@@ -197,6 +197,10 @@ class ResourceTemplateConfig(_Entry):
         return self
 
 
+Entry = ResourceConfig | ResourceTemplateConfig
+"""What a watch can be attached to: a resource or a resource template."""
+
+
 class ToolConfig(BaseModel):
     """Tools are accepted for shape compatibility and not served: this gateway only watches resources."""
 
@@ -220,9 +224,7 @@ class Capabilities(_Model):
     tools: list[ToolConfig] = Field(default_factory=list)
 
 
-def entries_by_kind(
-    caps: Capabilities,
-) -> tuple[tuple[str, Sequence[ResourceConfig | ResourceTemplateConfig]], ...]:
+def entries_by_kind(caps: Capabilities) -> tuple[tuple[str, Sequence[Entry]], ...]:
     return (("resources", caps.resources), ("resource_templates", caps.resource_templates))
 
 
@@ -302,24 +304,8 @@ class GatewaySection(_Model):
 
 
 class GatewayConfig(_Model):
+    """A whole configuration. Rules that relate entries to each other (unique names and URIs, a NATS server for
+    every nats_topic watch) and the CEL are checked by `check.py`, so each problem can name its own field."""
+
     mcp: McpConfig = Field(default_factory=McpConfig)
     gateway: GatewaySection = Field(default_factory=GatewaySection)
-
-    @model_validator(mode="after")
-    def _unique_names_and_uris(self) -> GatewayConfig:
-        caps = self.mcp.capabilities
-        seen: dict[str, str] = {}
-        for kind, entries in entries_by_kind(caps):
-            for i, entry in enumerate(entries):
-                where = f"mcp.capabilities.{kind}[{i}]"
-                if entry.name in seen:
-                    raise ValueError(f"{where}.name: {entry.name!r} is already used by {seen[entry.name]}")
-                seen[entry.name] = where
-        uris: dict[str, int] = {}
-        for i, res in enumerate(caps.resources):
-            if res.uri in uris:
-                raise ValueError(
-                    f"mcp.capabilities.resources[{i}].uri: {res.uri!r} is already served by resources[{uris[res.uri]}]"
-                )
-            uris[res.uri] = i
-        return self

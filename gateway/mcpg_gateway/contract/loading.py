@@ -1,8 +1,9 @@
-"""Turn a YAML file (or a dict) into a validated `GatewayConfig`, or into one message per problem.
+"""Parse a configuration: YAML to a dict, `${env.NAME}` resolved, the schema validated, every problem named.
 
-Every message starts with the path of the offending field (`mcp.capabilities.resources[3].watch.strategy.
-interval_ms: ...`) so a user can go straight to it. `${env.NAME}` in backend and strategy fields is resolved
-here, before validation, and a missing variable names the resource and the variable.
+Every problem carries the path of the offending field (`mcp.capabilities.resources[3].watch.strategy.
+interval_ms`) so a user can go straight to it. `${env.NAME}` in backend and strategy fields is resolved here,
+before validation, and a missing variable names the resource and the variable. The rules that look at the
+whole configuration (and the CEL) are `check.py`'s: this module only parses.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from mcpg_gateway import config
-from mcpg_gateway.errors import ConfigError
+from mcpg_gateway.contract import config
+from mcpg_gateway.contract.errors import ConfigError, Problem
 
 _ENV_REF = re.compile(r"\$\{env\.([A-Za-z_][A-Za-z0-9_]*)\}")
 # Fields that may carry `${env.NAME}`: the binding and the watch strategy (tokens, URLs, headers).
@@ -26,21 +27,23 @@ _RESOLVED_KEYS = ("backend", "watch")
 _UNION_TAGS = frozenset({*config.STRATEGY_TYPES, "http"})
 
 
-def load_file(path: Path, environ: Mapping[str, str] | None = None) -> config.GatewayConfig:
+def read_file(path: Path) -> Any:
+    """The YAML document in `path` (an empty file is an empty mapping)."""
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as e:
-        raise ConfigError([f"{path}: cannot read: {e.strerror}"]) from e
+        raise ConfigError([Problem(str(path), f"cannot read: {e.strerror}")]) from e
     except yaml.YAMLError as e:
-        raise ConfigError([f"{path}: not valid YAML: {e}"]) from e
-    return load_dict(raw if raw is not None else {}, environ)
+        raise ConfigError([Problem(str(path), f"not valid YAML: {e}")]) from e
+    return raw if raw is not None else {}
 
 
-def load_dict(raw: Any, environ: Mapping[str, str] | None = None) -> config.GatewayConfig:
+def parse(raw: Any, environ: Mapping[str, str] | None = None) -> config.GatewayConfig:
+    """`raw` with its environment references resolved, validated against the schema."""
     if not isinstance(raw, dict):
-        raise ConfigError([f"(top level): expected a mapping, got {type(raw).__name__}"])
+        raise ConfigError([Problem("(top level)", f"expected a mapping, got {type(raw).__name__}")])
     env = os.environ if environ is None else environ
-    problems: list[str] = []
+    problems: list[Problem] = []
     resolved = _resolve_env(raw, env, problems)
     try:
         model = config.GatewayConfig.model_validate(resolved)
@@ -52,7 +55,7 @@ def load_dict(raw: Any, environ: Mapping[str, str] | None = None) -> config.Gate
     return model
 
 
-def _resolve_env(raw: dict[str, Any], env: Mapping[str, str], problems: list[str]) -> dict[str, Any]:
+def _resolve_env(raw: dict[str, Any], env: Mapping[str, str], problems: list[Problem]) -> dict[str, Any]:
     caps = (raw.get("mcp") or {}).get("capabilities") or {}
     if not isinstance(caps, dict):
         return raw
@@ -67,7 +70,7 @@ def _resolve_env(raw: dict[str, Any], env: Mapping[str, str], problems: list[str
     return {**raw, "mcp": {**raw["mcp"], "capabilities": out_caps}}
 
 
-def _resolve_entry(where: str, entry: Any, env: Mapping[str, str], problems: list[str]) -> Any:
+def _resolve_entry(where: str, entry: Any, env: Mapping[str, str], problems: list[Problem]) -> Any:
     if not isinstance(entry, dict):
         return entry
     name = entry.get("name", "?")
@@ -78,7 +81,7 @@ def _resolve_entry(where: str, entry: Any, env: Mapping[str, str], problems: lis
     return out
 
 
-def _substitute(value: Any, path: str, name: str, env: Mapping[str, str], problems: list[str]) -> Any:
+def _substitute(value: Any, path: str, name: str, env: Mapping[str, str], problems: list[Problem]) -> Any:
     if isinstance(value, dict):
         return {k: _substitute(v, f"{path}.{k}", name, env, problems) for k, v in value.items()}
     if isinstance(value, list):
@@ -89,14 +92,14 @@ def _substitute(value: Any, path: str, name: str, env: Mapping[str, str], proble
     def lookup(match: re.Match[str]) -> str:
         var = match.group(1)
         if var not in env:
-            problems.append(f"{path}: resource {name!r} needs environment variable {var}, which is not set")
+            problems.append(Problem(path, f"resource {name!r} needs environment variable {var}, which is not set"))
             return ""
         return env[var]
 
     return _ENV_REF.sub(lookup, value)
 
 
-def _format_error(err: Any) -> str:
+def _format_error(err: Any) -> Problem:
     parts: list[str] = []
     loc = list(err["loc"])
     for i, item in enumerate(loc):
@@ -114,4 +117,4 @@ def _format_error(err: Any) -> str:
             msg = "unknown backend kind; expected one of: http"
     elif err["type"] == "extra_forbidden":
         msg = "unknown field (check the spelling)"
-    return f"{path}: {msg}"
+    return Problem(path, msg)

@@ -26,8 +26,8 @@ from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 
 from mcpg_gateway import catalog, errors
 from mcpg_gateway.errors import ReadError, StrategyError
+from mcpg_gateway.gateway import Gateway
 from mcpg_gateway.identity import Principal
-from mcpg_gateway.service import Gateway
 from mcpg_gateway.subscribers import OutboxClosed, Subscriber
 
 logger = logging.getLogger(__name__)
@@ -70,8 +70,7 @@ class _Handlers:
         return types.ListResourcesResult(
             resources=[
                 types.Resource(name=r.name, uri=r.uri, description=r.description or None, mime_type=r.mime_type)
-                for r in self.gw.catalog.resources
-                if self.gw.policies.may_read(principal, catalog.Binding(r.uri, r))
+                for r in self.gw.resources(principal)
             ]
         )
 
@@ -86,14 +85,14 @@ class _Handlers:
                     description=t.description or None,
                     mime_type=t.mime_type,
                 )
-                for t in self.gw.catalog.templates
+                for t in self.gw.templates()
             ]
         )
 
     async def read(self, ctx: Ctx, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
         binding = self._readable(str(params.uri), self._caller())
         try:
-            content = await self.gw.reader.read(binding)
+            content = await self.gw.read(binding)
         except ReadError as e:
             raise MCPError(errors.UPSTREAM_READ_FAILED, str(e)) from None
         return types.ReadResourceResult(contents=[_contents(binding.uri, content.body, content.mime_type)])
@@ -108,20 +107,19 @@ class _Handlers:
     async def unsubscribe(self, ctx: Ctx, params: types.UnsubscribeRequestParams) -> types.EmptyResult:
         sub = _connection(ctx).state.get(_SESSION_KEY)
         if isinstance(sub, Subscriber):
-            self.gw.registry.unsubscribe(str(params.uri), sub)
+            self.gw.unsubscribe(str(params.uri), sub)
         return types.EmptyResult()
 
     async def listen(self, ctx: Ctx, params: types.SubscriptionsListenRequestParams) -> types.SubscriptionsListenResult:
         rid = ctx.request_id
         if rid is None:
             raise MCPError(types.INVALID_REQUEST, "subscriptions/listen requires a request id")
-        if self.gw.closing.is_set():
+        if self.gw.subscribers.closing.is_set():
             raise MCPError(types.INTERNAL_ERROR, "the gateway is shutting down; listen again on another replica")
         principal = self._caller()
         wanted = list(dict.fromkeys(params.notifications.resource_subscriptions or []))
         bindings = [self._watchable(uri, principal) for uri in wanted]  # all-or-nothing, before any acknowledgement
-        sub = Subscriber("listen", principal)
-        self.gw.open_subscriber(sub)
+        sub = self.gw.subscribers.open("listen", principal)
         meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: rid}
         try:
             for binding in bindings:
@@ -138,7 +136,7 @@ class _Handlers:
             )
             await self._drain(sub, ctx, meta, rid)
         finally:
-            self.gw.close_subscriber(sub)
+            self.gw.subscribers.close(sub)
         return types.SubscriptionsListenResult(_meta=meta)
 
     async def _drain(self, sub: Subscriber, ctx: Ctx, meta: dict[str, Any], rid: types.RequestId) -> None:
@@ -161,8 +159,8 @@ class _Handlers:
 
     def _readable(self, uri: str, principal: Principal) -> catalog.Binding:
         """The binding of `uri` if `principal` may read it; otherwise exactly the unknown-resource error."""
-        binding = self.gw.catalog.resolve(uri)
-        if binding is None or not self.gw.policies.may_read(principal, binding):
+        binding = self.gw.readable(uri, principal)
+        if binding is None:
             raise MCPError(types.INVALID_PARAMS, f"unknown resource: {uri}")
         return binding
 
@@ -174,7 +172,7 @@ class _Handlers:
 
     async def _join(self, binding: catalog.Binding, sub: Subscriber) -> None:
         try:
-            await self.gw.registry.subscribe(binding, sub)
+            await self.gw.subscribe(binding, sub)
         except StrategyError as e:
             raise MCPError(errors.WATCH_START_FAILED, f"the watch could not start: {e}") from None
 
@@ -187,14 +185,13 @@ class _Handlers:
                 # The SDK binds a session to its creator's credential; this guards that promise, not a real path.
                 raise MCPError(types.INVALID_REQUEST, "this session belongs to another principal")
             return sub
-        sub = Subscriber("session", principal)
+        sub = self.gw.subscribers.open("session", principal)
         conn.state[_SESSION_KEY] = sub
-        self.gw.open_subscriber(sub)
         sender = asyncio.create_task(self._send_loop(sub, ctx.session), name=f"mcpg session sender {sub.id}")
 
         async def on_close() -> None:
             # The SDK unwinds this stack when the session ends: DELETE, idle timeout, crash or shutdown.
-            self.gw.close_subscriber(sub)
+            self.gw.subscribers.close(sub)
             sender.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await sender
@@ -221,7 +218,7 @@ class _Handlers:
 
 def _connection(ctx: Ctx) -> Any:
     # The SDK keeps the per-connection state and exit stack on a private attribute (pinned mcp==2.3.0;
-    # tests/unit/gateway/test_sdk_contract.py fails loudly if that changes).
+    # test_subscriptions.py's SDK contract test fails loudly if that changes).
     return ctx.session._connection
 
 

@@ -1,0 +1,98 @@
+"""The admin HTTP surface (port 9090): /metrics, and /admin/v1/* behind the admin token.
+
+The admin API needs `Authorization: Bearer $MCPG_ADMIN_TOKEN`, compared in constant time; with no admin token
+configured it answers 403 and says how to enable it. Nothing here shows a secret: a webhook token appears only
+when the gateway generated it itself (the user has no other way to learn it).
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from mcpg_gateway.gateway import Gateway
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def build(gw: Gateway) -> Starlette:
+    return Starlette(
+        routes=[
+            Route("/metrics", endpoint=_metrics(gw)),
+            Route("/admin/v1/watches", endpoint=_admin(gw, _watches)),
+            Route("/admin/v1/webhooks", endpoint=_admin(gw, _webhooks)),
+        ]
+    )
+
+
+def _metrics(gw: Gateway) -> Endpoint:
+    async def metrics(request: Request) -> Response:
+        return Response(generate_latest(gw.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return metrics
+
+
+def _admin(gw: Gateway, view: Callable[[Gateway], dict[str, Any]]) -> Endpoint:
+    async def endpoint(request: Request) -> Response:
+        expected = gw.options.admin_token
+        if not expected:
+            return JSONResponse(
+                {"error": "the admin API is disabled: set MCPG_ADMIN_TOKEN to enable it"}, status_code=403
+            )
+        presented = request.headers.get("authorization", "")
+        if not hmac.compare_digest(presented.encode(), f"Bearer {expected}".encode()):
+            return JSONResponse(
+                {"error": "missing or wrong admin token"},
+                status_code=401,
+                headers={"WWW-Authenticate": 'Bearer realm="mcpg-admin"'},
+            )
+        return JSONResponse(view(gw))
+
+    return endpoint
+
+
+def _iso(ts: float | None) -> str | None:
+    return None if ts is None else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
+def _watches(gw: Gateway) -> dict[str, Any]:
+    out = []
+    for w in gw.running_watches():
+        strategy = w.binding.watch.strategy if w.binding.watch else None
+        out.append(
+            {
+                "uri": w.uri,
+                "resource": w.binding.entry.name,
+                "strategy": w.strategy_type,
+                "subscribers": len(w.subscribers),
+                "interval_ms": getattr(strategy, "effective_interval_ms", None),
+                "started": _iso(w.started_at),
+                "last_fired": _iso(w.last_fired),
+                "last_successful_read": _iso(w.stats.last_success),
+                "last_failed_read": _iso(w.stats.last_failure),
+                "failed_reads": w.stats.failures,
+            }
+        )
+    return {"watches": out}
+
+
+def _webhooks(gw: Gateway) -> dict[str, Any]:
+    return {
+        "webhooks": [
+            {
+                "resource": r.name,
+                "uri": r.uri,
+                "path": "/webhooks/resource-updated/{token}",
+                "generated_token": r.generated_token,
+            }
+            for r in gw.webhooks.routes()
+        ]
+    }
