@@ -218,7 +218,7 @@ class _Handlers:
 
 def _connection(ctx: Ctx) -> Any:
     # The SDK keeps the per-connection state and exit stack on a private attribute (pinned mcp==2.3.0;
-    # test_subscriptions.py's SDK contract test fails loudly if that changes).
+    # test_sdk_contract.py fails loudly if that changes).
     return ctx.session._connection
 
 

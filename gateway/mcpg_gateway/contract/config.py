@@ -1,7 +1,7 @@
 """The gateway configuration model: the contract between the operator and the gateway.
 
 The operator renders exactly this model into a Secret; a standalone gateway loads it from YAML. The shape is
-the one the watching guide uses (`mcp.capabilities.resources[].watch.strategy`), snake_case on the wire.
+the one the README documents (`mcp.capabilities.resources[].watch.strategy`), snake_case on the wire.
 Secrets (header values, webhook tokens, database URLs) are `SecretStr` so no repr or log can print them; client
 bearer tokens never appear at all, only their SHA-256 digests. CEL expressions (read policies, notification
 filters) are plain strings here; `cel.py` compiles and type-checks them.

@@ -1,4 +1,4 @@
-"""Gateway configurations in the guide's shape (`mcp.capabilities.resources[]`), built the same way by every tier."""
+"""Gateway configurations in the documented shape (`mcp.capabilities.resources[]`), built the same way by every tier."""
 
 from __future__ import annotations
 

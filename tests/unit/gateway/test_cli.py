@@ -1,4 +1,4 @@
-"""The `mcpg-gateway` process as a user runs it: exit 2 on bad config, serve the guide's example, stop on SIGTERM."""
+"""The `mcpg-gateway` process as a user runs it: exit 2 on bad config, serve the webhook example, stop on SIGTERM."""
 
 from __future__ import annotations
 
@@ -89,8 +89,8 @@ class Proc:
 
 
 @pytest.fixture
-async def guide_webhook_gateway(tmp_path: Path) -> AsyncIterator[Proc]:
-    """The guide's webhook example, served by the real entrypoint on free loopback ports.
+async def webhook_example_gateway(tmp_path: Path) -> AsyncIterator[Proc]:
+    """The webhook example, served by the real entrypoint on free loopback ports.
 
     The example configures no principals, so anonymous access is added explicitly: the gateway never assumes it.
     """
@@ -134,8 +134,8 @@ async def _collect(proc: asyncio.subprocess.Process, log: bytearray) -> None:
 
 
 @pytest.mark.parametrize("mode", ["legacy", "listen"])
-async def test_the_guide_webhook_example_notifies_a_subscribed_client(guide_webhook_gateway: Proc, mode: str) -> None:
-    gw = guide_webhook_gateway
+async def test_the_webhook_example_notifies_a_subscribed_client(webhook_example_gateway: Proc, mode: str) -> None:
+    gw = webhook_example_gateway
     async with subscribed(f"{gw.base}/mcp", mode, "drive://folder/reports") as sub:
         async with httpx2.AsyncClient() as http:
             resp = await http.post(f"{gw.base}/webhooks/resource-updated/t0k3n-from-env", content=b"")
@@ -144,8 +144,8 @@ async def test_the_guide_webhook_example_notifies_a_subscribed_client(guide_webh
     assert b"t0k3n-from-env" not in gw.log
 
 
-async def test_sigterm_answers_open_listen_streams_and_exits_0(guide_webhook_gateway: Proc) -> None:
-    gw = guide_webhook_gateway
+async def test_sigterm_answers_open_listen_streams_and_exits_0(webhook_example_gateway: Proc) -> None:
+    gw = webhook_example_gateway
     async with (
         httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=300)) as http,
         Client(streamable_http_client(f"{gw.base}/mcp", http_client=http)) as client,

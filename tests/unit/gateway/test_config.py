@@ -1,4 +1,4 @@
-"""The configuration contract: the guide's examples load verbatim; every problem names its field."""
+"""The configuration contract: the examples load as written; every problem names its field."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def one_resource(**overrides: Any) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
-def test_every_example_from_the_guide_loads_verbatim(path: Path) -> None:
+def test_every_example_loads_as_written(path: Path) -> None:
     cfg = check.load_file(path, environ=EXAMPLE_ENV)
     assert cfg.mcp.capabilities.resources or cfg.mcp.capabilities.resource_templates
 

@@ -34,7 +34,7 @@ LEDGER = "ledger://finance/current"
 BOARD = "board://team"
 DESK = "desk://alice"
 SENTINEL = "notice://all"
-SEED_FILTER = 'subscriber.trust_level == "verified" && "finance" in subscriber.groups'
+FINANCE_FILTER = 'subscriber.trust_level == "verified" && "finance" in subscriber.groups'
 PRINCIPALS = [
     principal("alice-token", "alice", trust_level="verified", groups=["finance"], attributes={"team": "payments"}),
     principal("bob-token", "bob", trust_level="verified", groups=["staff"], attributes={"team": "ops"}),
@@ -55,7 +55,7 @@ async def running(gateway_factory: GatewayFactory, upstream: Upstream, clock: Ma
         upstream.set(f"/inbox/{who}", '{"unread": 0}')
     doc = f"{upstream.url}/doc"
     raw = gateway_config(
-        hook("ledger", LEDGER, doc, "ledger", scope="expression", expression=SEED_FILTER),
+        hook("ledger", LEDGER, doc, "ledger", scope="expression", expression=FINANCE_FILTER),
         # carol has no team: her evaluation fails (fails closed) while alice and bob are told.
         hook("board", BOARD, doc, "board", scope="expression", expression='subscriber.attributes.team != "legal"'),
         {**hook("desk", DESK, doc, "desk", scope="subject_id"), "subject_id": "alice"},
