@@ -50,9 +50,9 @@ async def legacy_client(url: str, headers: dict[str, str] | None = None) -> Asyn
     """A handshake-era client: resources/subscribe, notifications on the session's GET stream."""
     updates: asyncio.Queue[str] = asyncio.Queue()
 
-    async def on_message(msg: Any) -> None:
-        if isinstance(msg, types.ResourceUpdatedNotification):
-            await updates.put(str(msg.params.uri))
+    async def on_message(message: Any) -> None:
+        if isinstance(message, types.ResourceUpdatedNotification):
+            await updates.put(str(message.params.uri))
 
     async with (
         httpx2.AsyncClient(headers=headers or {}, timeout=httpx2.Timeout(30, read=300)) as http,

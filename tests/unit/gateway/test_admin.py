@@ -10,14 +10,14 @@ import pytest
 from mcpg_testing.clients import listen_client, subscribed
 from mcpg_testing.clock import ManualClock
 from mcpg_testing.configs import gateway_config, resource
-from mcpg_testing.gateways import GatewayFactory
+from mcpg_testing.gateways import GatewayFactory, RunningGateway
 from mcpg_testing.upstream import Upstream
 
 HOOK, POLLED = "drive://folder/reports", "drive://file/notes"
 
 
 @pytest.fixture
-async def gw(gateway_factory: GatewayFactory, upstream: Upstream, clock: ManualClock):  # type: ignore[no-untyped-def]
+async def gw(gateway_factory: GatewayFactory, upstream: Upstream, clock: ManualClock) -> RunningGateway:
     upstream.set("/r", "{}")
     raw = gateway_config(
         resource("reports", HOOK, f"{upstream.url}/r", {"type": "webhook", "token": "tok"}),
@@ -26,18 +26,18 @@ async def gw(gateway_factory: GatewayFactory, upstream: Upstream, clock: ManualC
     return await gateway_factory(raw, clock=clock, admin_token="adm-token")
 
 
-async def admin_get(gw, path: str, token: str | None = "adm-token") -> httpx2.Response:  # type: ignore[no-untyped-def]
+async def admin_get(gw: RunningGateway, path: str, token: str | None = "adm-token") -> httpx2.Response:
     headers = {"authorization": f"Bearer {token}"} if token else {}
     async with httpx2.AsyncClient() as http:
         return await http.get(f"{gw.admin}{path}", headers=headers)
 
 
-async def test_an_empty_watch_list_means_nothing_is_subscribed(gw) -> None:  # type: ignore[no-untyped-def]
+async def test_an_empty_watch_list_means_nothing_is_subscribed(gw: RunningGateway) -> None:
     resp = await admin_get(gw, "/admin/v1/watches")
     assert resp.json() == {"watches": []}
 
 
-async def test_the_watch_list_shows_each_running_watcher(gw) -> None:  # type: ignore[no-untyped-def]
+async def test_the_watch_list_shows_each_running_watcher(gw: RunningGateway) -> None:
     async with listen_client(gw.mcp_url, [HOOK, POLLED]), subscribed(gw.mcp_url, "legacy", POLLED):
         watches = {w["uri"]: w for w in (await admin_get(gw, "/admin/v1/watches")).json()["watches"]}
     assert set(watches) == {HOOK, POLLED}
@@ -51,7 +51,7 @@ async def test_the_watch_list_shows_each_running_watcher(gw) -> None:  # type: i
     assert watches[HOOK]["last_fired"] is None
 
 
-async def test_the_admin_api_refuses_a_missing_or_wrong_token(gw) -> None:  # type: ignore[no-untyped-def]
+async def test_the_admin_api_refuses_a_missing_or_wrong_token(gw: RunningGateway) -> None:
     for token in (None, "wrong"):
         resp = await admin_get(gw, "/admin/v1/watches", token)
         assert resp.status_code == 401
@@ -67,7 +67,7 @@ async def test_the_admin_api_is_disabled_with_a_clear_403_when_no_token_is_confi
     assert "MCPG_ADMIN_TOKEN" in resp.json()["error"]
 
 
-async def test_metrics_count_fires_and_sends_by_strategy_and_gauge_active_watchers(gw) -> None:  # type: ignore[no-untyped-def]
+async def test_metrics_count_fires_and_sends_by_strategy_and_gauge_active_watchers(gw: RunningGateway) -> None:
     async with subscribed(gw.mcp_url, "legacy", HOOK) as a, subscribed(gw.mcp_url, "listen", HOOK) as b:
         async with httpx2.AsyncClient() as http:
             await http.post(f"{gw.base}/webhooks/resource-updated/tok")
@@ -80,7 +80,7 @@ async def test_metrics_count_fires_and_sends_by_strategy_and_gauge_active_watche
     assert HOOK not in text  # never a URI as a label
 
 
-async def test_every_fire_writes_one_json_audit_event(gw, caplog: pytest.LogCaptureFixture) -> None:  # type: ignore[no-untyped-def]
+async def test_every_fire_writes_one_json_audit_event(gw: RunningGateway, caplog: pytest.LogCaptureFixture) -> None:
     async with subscribed(gw.mcp_url, "listen", HOOK) as sub:
         with caplog.at_level(logging.INFO, logger="mcpg.audit"):
             async with httpx2.AsyncClient() as http:
@@ -111,7 +111,7 @@ async def test_webhooks_admin_view_shows_only_generated_tokens(
     assert "configured-secret" not in resp.text
 
 
-async def test_health_and_readiness_answer_on_the_public_port(gw) -> None:  # type: ignore[no-untyped-def]
+async def test_health_and_readiness_answer_on_the_public_port(gw: RunningGateway) -> None:
     async with httpx2.AsyncClient(base_url=gw.base) as http:
         assert (await http.get("/healthz")).json() == {"ok": True}
         assert (await http.get("/readyz")).status_code == 200

@@ -21,7 +21,7 @@ from mcpg_testing.gateways import GatewayFactory, RunningGateway
 from mcpg_testing.upstream import Upstream
 
 from mcpg_gateway import catalog, policy, watchers
-from mcpg_gateway.contract import check, config
+from mcpg_gateway.contract import cel, check, config
 from mcpg_gateway.contract.errors import ConfigError
 from mcpg_gateway.identity import Principal
 from mcpg_gateway.metrics import Metrics
@@ -154,7 +154,7 @@ def template_binding(uri: str, uri_template: str, scope: str = "subject_id") -> 
         name="t",
         uri_template=uri_template,
         backend=config.HttpBackend(kind="http", url="http://u/"),
-        watch=config.WatchConfig(notification_filter=config.NotificationFilter(scope=scope)),  # type: ignore[arg-type]
+        watch=config.WatchConfig(notification_filter=config.NotificationFilter(scope=scope)),
     )
     binding = catalog.Catalog(config.Capabilities(resource_templates=[entry])).resolve(uri)
     assert binding is not None
@@ -164,7 +164,7 @@ def template_binding(uri: str, uri_template: str, scope: str = "subject_id") -> 
 def test_the_subject_is_the_decoded_subject_id_variable_of_the_concrete_uri() -> None:
     binding = template_binding("mail://inbox/al%69ce/folder/x", "mail://inbox/{subject_id}/folder/{folder}")
     assert policy.subject_of(binding) == "alice"
-    hub = policy.Policies(config.Capabilities(), Metrics())
+    hub = policy.Policies(cel.Expressions(), Metrics().policy_errors)
     assert hub.should_tell(binding, Subscriber("listen", Principal("alice")))
     assert not hub.should_tell(binding, Subscriber("listen", Principal("x")))
     assert not hub.should_tell(binding, Subscriber("listen"))  # no principal: fail closed

@@ -19,10 +19,9 @@ from mcpg_testing.gateways import GatewayFactory, RunningGateway
 from mcpg_testing.upstream import Upstream
 
 from mcpg_gateway import __main__ as gateway_main
-from mcpg_gateway import errors, policy
-from mcpg_gateway.contract import check
+from mcpg_gateway import errors
+from mcpg_gateway.contract import cel, check
 from mcpg_gateway.contract.errors import ConfigError
-from mcpg_gateway.metrics import Metrics
 
 EXAMPLES = Path(__file__).parents[3] / "examples" / "gateway"
 LEDGER = "ledger://finance/current"
@@ -228,4 +227,6 @@ def test_the_cli_refuses_to_start_on_a_broken_expression(tmp_path: Path, capsys:
 def test_every_example_expression_compiles(path: Path) -> None:
     env = {"GOOGLE_TOKEN": "g", "REPORTS_WEBHOOK_TOKEN": "n", "REPORTS_WEBHOOK_TOKEN_OLD": "o"}
     cfg = check.load_file(path, environ={**env, "QUICKSTART_WEBHOOK_TOKEN": "q"})
-    policy.Policies(cfg.mcp.capabilities, Metrics())
+    expressions = cel.compile_all(cfg.mcp.capabilities)
+    sources = [e.read_policy for e in [*cfg.mcp.capabilities.resources, *cfg.mcp.capabilities.resource_templates]]
+    assert len(expressions.read_policies) == sum(source is not None for source in sources)

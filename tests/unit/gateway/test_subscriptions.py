@@ -13,7 +13,7 @@ from mcp.shared.exceptions import MCPError
 from mcpg_testing.clients import ERAS, legacy_client, listen_client, refusal, subscribe, subscribed, unsubscribe
 from mcpg_testing.clock import ManualClock
 from mcpg_testing.configs import gateway_config, resource
-from mcpg_testing.gateways import GatewayFactory
+from mcpg_testing.gateways import GatewayFactory, RunningGateway
 from mcpg_testing.upstream import Upstream
 
 from mcpg_gateway import errors
@@ -24,7 +24,7 @@ PLAIN = "drive://file/unwatched"
 
 
 @pytest.fixture
-async def running(gateway_factory: GatewayFactory, upstream: Upstream, clock: ManualClock):  # type: ignore[no-untyped-def]
+async def running(gateway_factory: GatewayFactory, upstream: Upstream, clock: ManualClock) -> RunningGateway:
     upstream.set("/reports", '{"files": []}')
     upstream.set("/notes", '{"v": 1}')
     raw = gateway_config(
@@ -53,7 +53,7 @@ async def post_webhook(base: str, token: str, **kw: object) -> httpx2.Response:
         return await http.post(f"{base}/webhooks/resource-updated/{token}", **kw)  # type: ignore[arg-type]
 
 
-async def test_capabilities_advertise_subscribe_and_list_changed_in_both_eras(running) -> None:  # type: ignore[no-untyped-def]
+async def test_capabilities_advertise_subscribe_and_list_changed_in_both_eras(running: RunningGateway) -> None:
     async with legacy_client(running.mcp_url) as legacy:
         caps = legacy.client.server_capabilities.resources
         assert caps is not None
@@ -71,7 +71,9 @@ async def test_capabilities_advertise_subscribe_and_list_changed_in_both_eras(ru
 
 
 @ERAS
-async def test_webhook_with_a_matching_token_notifies_the_subscriber_with_the_uri_only(running, mode: str) -> None:  # type: ignore[no-untyped-def]
+async def test_webhook_with_a_matching_token_notifies_the_subscriber_with_the_uri_only(
+    running: RunningGateway, mode: str
+) -> None:
     async with subscribed(running.mcp_url, mode, HOOK) as sub:
         resp = await post_webhook(running.base, "tok-new", json={"content": "ignored"})
         assert resp.status_code == 200
@@ -80,7 +82,7 @@ async def test_webhook_with_a_matching_token_notifies_the_subscriber_with_the_ur
 
 
 @ERAS
-async def test_a_previous_token_still_routes_during_rotation(running, mode: str) -> None:  # type: ignore[no-untyped-def]
+async def test_a_previous_token_still_routes_during_rotation(running: RunningGateway, mode: str) -> None:
     async with subscribed(running.mcp_url, mode, HOOK) as sub:
         assert (await post_webhook(running.base, "tok-old")).status_code == 200
         assert await sub.next_update() == HOOK
@@ -88,8 +90,8 @@ async def test_a_previous_token_still_routes_during_rotation(running, mode: str)
 
 @ERAS
 async def test_a_poll_change_notifies_and_an_unchanged_poll_does_not(
-    running, upstream: Upstream, clock: ManualClock, mode: str
-) -> None:  # type: ignore[no-untyped-def]
+    running: RunningGateway, upstream: Upstream, clock: ManualClock, mode: str
+) -> None:
     async with subscribed(running.mcp_url, mode, POLLED) as sub:
         await clock.tick()
         upstream.set("/notes", '{"v": 2}')
@@ -102,8 +104,8 @@ async def test_a_poll_change_notifies_and_an_unchanged_poll_does_not(
 
 @ERAS
 async def test_subscribing_to_a_template_uri_watches_that_concrete_uri(
-    running, upstream: Upstream, clock: ManualClock, mode: str
-) -> None:  # type: ignore[no-untyped-def]
+    running: RunningGateway, upstream: Upstream, clock: ManualClock, mode: str
+) -> None:
     upstream.set("/docs/a b", "first")  # the upstream sees the decoded path
     async with subscribed(running.mcp_url, mode, "drive://doc/a%20b") as sub:
         assert [w.uri for w in running.gw.running_watches()] == ["drive://doc/a%20b"]
@@ -112,7 +114,7 @@ async def test_subscribing_to_a_template_uri_watches_that_concrete_uri(
         assert await sub.next_update() == "drive://doc/a%20b"
 
 
-async def test_every_subscriber_of_a_uri_is_told_once_across_both_eras(running) -> None:  # type: ignore[no-untyped-def]
+async def test_every_subscriber_of_a_uri_is_told_once_across_both_eras(running: RunningGateway) -> None:
     async with subscribed(running.mcp_url, "legacy", HOOK) as a, subscribed(running.mcp_url, "listen", HOOK) as b:
         assert (await post_webhook(running.base, "tok-new")).status_code == 200
         assert await a.next_update() == HOOK
@@ -122,14 +124,14 @@ async def test_every_subscriber_of_a_uri_is_told_once_across_both_eras(running) 
         assert len(watcher.subscribers) == 2
 
 
-async def test_unsubscribe_stops_notifications_and_the_watcher(running) -> None:  # type: ignore[no-untyped-def]
+async def test_unsubscribe_stops_notifications_and_the_watcher(running: RunningGateway) -> None:
     async with legacy_client(running.mcp_url) as sub:
         await subscribe(sub, HOOK)
         await unsubscribe(sub, HOOK)
         assert running.gw.running_watches() == []
 
 
-async def test_closing_a_legacy_session_is_an_implicit_unsubscribe(running) -> None:  # type: ignore[no-untyped-def]
+async def test_closing_a_legacy_session_is_an_implicit_unsubscribe(running: RunningGateway) -> None:
     async with legacy_client(running.mcp_url) as sub:
         await subscribe(sub, HOOK)
         await subscribe(sub, POLLED)
@@ -141,7 +143,7 @@ async def test_closing_a_legacy_session_is_an_implicit_unsubscribe(running) -> N
     assert running.gw.metrics.subscribers.labels("session")._value.get() == 0
 
 
-async def test_dropping_a_listen_stream_is_an_implicit_unsubscribe(running) -> None:  # type: ignore[no-untyped-def]
+async def test_dropping_a_listen_stream_is_an_implicit_unsubscribe(running: RunningGateway) -> None:
     async with listen_client(running.mcp_url, [HOOK, POLLED]):
         assert {w.uri for w in running.gw.running_watches()} == {HOOK, POLLED}
     async with asyncio.timeout(5):
@@ -149,14 +151,14 @@ async def test_dropping_a_listen_stream_is_an_implicit_unsubscribe(running) -> N
             await asyncio.sleep(0)
 
 
-async def test_legacy_subscribe_to_an_unknown_uri_is_refused_with_invalid_params(running) -> None:  # type: ignore[no-untyped-def]
+async def test_legacy_subscribe_to_an_unknown_uri_is_refused_with_invalid_params(running: RunningGateway) -> None:
     e = await refusal(running.mcp_url, "legacy", ["drive://nope"])
     assert e.code == -32602
     assert e.message == "unknown resource: drive://nope"
 
 
 @ERAS
-async def test_a_resource_without_a_watch_cannot_be_subscribed(running, mode: str) -> None:  # type: ignore[no-untyped-def]
+async def test_a_resource_without_a_watch_cannot_be_subscribed(running: RunningGateway, mode: str) -> None:
     e = await refusal(running.mcp_url, mode, [PLAIN])
     assert e.code == errors.NOT_SUBSCRIBABLE
     assert e.message == f"{PLAIN} has no watch configured, so it cannot be subscribed"
@@ -164,7 +166,9 @@ async def test_a_resource_without_a_watch_cannot_be_subscribed(running, mode: st
 
 
 @ERAS
-async def test_a_uri_the_backend_refuses_is_refused_before_any_acknowledgement(running, mode: str) -> None:  # type: ignore[no-untyped-def]
+async def test_a_uri_the_backend_refuses_is_refused_before_any_acknowledgement(
+    running: RunningGateway, mode: str
+) -> None:
     e = await refusal(running.mcp_url, mode, ["drive://doc/missing"])
     assert e.code == errors.WATCH_START_FAILED
     assert e.message == (
@@ -174,13 +178,13 @@ async def test_a_uri_the_backend_refuses_is_refused_before_any_acknowledgement(r
     assert running.gw.running_watches() == []
 
 
-async def test_a_listen_with_one_bad_uri_is_refused_whole_and_starts_nothing(running) -> None:  # type: ignore[no-untyped-def]
+async def test_a_listen_with_one_bad_uri_is_refused_whole_and_starts_nothing(running: RunningGateway) -> None:
     e = await refusal(running.mcp_url, "listen", [HOOK, "drive://nope"])
     assert e.code == -32602
     assert running.gw.running_watches() == []
 
 
-async def test_read_goes_through_the_backend_binding(running, upstream: Upstream) -> None:  # type: ignore[no-untyped-def]
+async def test_read_goes_through_the_backend_binding(running: RunningGateway, upstream: Upstream) -> None:
     async with legacy_client(running.mcp_url) as sub:
         result = await sub.client.read_resource(POLLED)
     assert result.contents[0].text == '{"v": 1}'  # type: ignore[union-attr]
@@ -217,10 +221,10 @@ async def test_a_slow_upstream_is_a_timeout_read_error(gateway_factory: GatewayF
     async with legacy_client(gw.mcp_url) as sub:
         with pytest.raises(MCPError, match="did not answer within 200 ms"):
             await sub.client.read_resource("x://x")
-    upstream.docs["/x"].delay.set()  # type: ignore[union-attr]
+    upstream.docs["/x"].delay.set()
 
 
-async def test_list_resources_and_templates(running) -> None:  # type: ignore[no-untyped-def]
+async def test_list_resources_and_templates(running: RunningGateway) -> None:
     async with legacy_client(running.mcp_url) as sub:
         resources = await sub.client.list_resources()
         templates = await sub.client.list_resource_templates()

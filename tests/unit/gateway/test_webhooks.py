@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import AsyncIterator
 
 import httpx2
 import pytest
 from mcpg_testing.configs import gateway_config, resource
-from mcpg_testing.gateways import GatewayFactory, fired
+from mcpg_testing.gateways import GatewayFactory, RunningGateway, fired
 from mcpg_testing.upstream import Upstream
 
 from mcpg_gateway import webhooks
@@ -18,7 +19,7 @@ URI = "drive://folder/reports"
 
 
 @pytest.fixture
-async def gw(gateway_factory: GatewayFactory, upstream: Upstream):  # type: ignore[no-untyped-def]
+async def gw(gateway_factory: GatewayFactory, upstream: Upstream) -> RunningGateway:
     raw = gateway_config(
         resource("reports", URI, f"{upstream.url}/r", {"type": "webhook", "token": "good"}),
         allowed_origins=["https://app.example"],
@@ -32,23 +33,23 @@ async def post(base: str, token: str, **kw: object) -> httpx2.Response:
         return await http.post(f"/webhooks/resource-updated/{token}", **kw)  # type: ignore[arg-type]
 
 
-async def test_an_unknown_token_gets_404_with_the_documented_body(gw) -> None:  # type: ignore[no-untyped-def]
+async def test_an_unknown_token_gets_404_with_the_documented_body(gw: RunningGateway) -> None:
     resp = await post(gw.base, "bad")
     assert resp.status_code == 404
     assert resp.json() == {"error": "unknown webhook token"}
 
 
-async def test_a_matching_token_answers_ok_with_the_uri_even_with_no_subscribers(gw) -> None:  # type: ignore[no-untyped-def]
+async def test_a_matching_token_answers_ok_with_the_uri_even_with_no_subscribers(gw: RunningGateway) -> None:
     resp = await post(gw.base, "good", content=b"not json at all")
     assert (resp.status_code, resp.json()) == (200, {"ok": True, "uri": URI})
 
 
-async def test_a_request_with_no_origin_passes_and_a_listed_origin_passes(gw) -> None:  # type: ignore[no-untyped-def]
+async def test_a_request_with_no_origin_passes_and_a_listed_origin_passes(gw: RunningGateway) -> None:
     assert (await post(gw.base, "good")).status_code == 200
     assert (await post(gw.base, "good", headers={"origin": "https://app.example"})).status_code == 200
 
 
-async def test_a_browser_from_another_origin_is_refused_on_the_webhook_route_and_on_mcp(gw) -> None:  # type: ignore[no-untyped-def]
+async def test_a_browser_from_another_origin_is_refused_on_the_webhook_route_and_on_mcp(gw: RunningGateway) -> None:
     evil = {"origin": "https://evil.example"}
     resp = await post(gw.base, "good", headers=evil)
     assert (resp.status_code, resp.json()) == (403, {"error": "origin not allowed"})
@@ -57,14 +58,14 @@ async def test_a_browser_from_another_origin_is_refused_on_the_webhook_route_and
     assert mcp.status_code == 403
 
 
-async def test_an_oversized_body_is_refused(gw) -> None:  # type: ignore[no-untyped-def]
+async def test_an_oversized_body_is_refused(gw: RunningGateway) -> None:
     resp = await post(gw.base, "good", content=b"x" * 4096)
     assert resp.status_code == 413
     assert gw.gw.metrics.webhook_requests.labels("too_large")._value.get() == 1
 
 
-async def test_an_oversized_streamed_body_without_a_declared_length_is_refused(gw) -> None:  # type: ignore[no-untyped-def]
-    async def chunks():  # type: ignore[no-untyped-def]
+async def test_an_oversized_streamed_body_without_a_declared_length_is_refused(gw: RunningGateway) -> None:
+    async def chunks() -> AsyncIterator[bytes]:
         for _ in range(64):
             yield b"y" * 512
 
@@ -72,7 +73,7 @@ async def test_an_oversized_streamed_body_without_a_declared_length_is_refused(g
     assert resp.status_code == 413
 
 
-async def test_webhook_results_are_counted_by_result_without_the_token(gw) -> None:  # type: ignore[no-untyped-def]
+async def test_webhook_results_are_counted_by_result_without_the_token(gw: RunningGateway) -> None:
     await post(gw.base, "good")
     await post(gw.base, "nope-secret")
     async with httpx2.AsyncClient() as http:
@@ -120,7 +121,7 @@ def test_token_lookup_compares_digests_so_its_time_does_not_depend_on_the_guess(
     assert index.lookup("s3cre") is None
 
 
-async def test_the_webhook_route_only_takes_post(gw) -> None:  # type: ignore[no-untyped-def]
+async def test_the_webhook_route_only_takes_post(gw: RunningGateway) -> None:
     async with httpx2.AsyncClient(base_url=gw.base) as http:
         resp = await http.get("/webhooks/resource-updated/good")
     assert resp.status_code == 405
@@ -128,6 +129,6 @@ async def test_the_webhook_route_only_takes_post(gw) -> None:  # type: ignore[no
     assert fired(gw, "webhook") == 0
 
 
-async def test_a_token_with_a_slash_is_simply_unknown(gw) -> None:  # type: ignore[no-untyped-def]
+async def test_a_token_with_a_slash_is_simply_unknown(gw: RunningGateway) -> None:
     resp = await post(gw.base, "good/extra")
     assert (resp.status_code, resp.json()) == (404, {"error": "unknown webhook token"})
