@@ -1,1 +1,26 @@
-"""mcpg gateway: serves MCP resource subscriptions and runs the watches behind them."""
+"""mcpg gateway: serves MCP resource subscriptions and runs the watches behind them.
+
+Module map (a request's path through it, top to bottom):
+
+    __main__        `mcpg-gateway`: load and check the configuration, then serve
+    contract/       what a configuration is and whether a gateway accepts it; the only part the operator imports
+                    (config: the model; loading: YAML, ${env.X}, schema; cel: policies and filters compiled;
+                    check: the whole question; templates: URI templates; errors: Problem, ConfigError)
+    servers         the two HTTP servers and the MCP session manager, started and stopped in order
+    public_app      port 8080: /mcp (origins, then identity), the webhook route, /healthz, /readyz
+    admin_app       port 9090: /metrics and /admin/v1/*
+    origins         the Origin rule shared by /mcp and the webhook route
+    identity        bearer tokens to principals, through the MCP SDK's auth hooks
+    mcp_handlers    list, read, subscribe (handshake era) and subscriptions/listen (2026-07-28)
+    webhooks        POST /webhooks/resource-updated/{token}: token index, route, and the passive webhook watch
+    gateway         `Gateway`: everything above wired once from a configuration, behind a narrow API
+    catalog         which entry serves a concrete URI (resources, templates and their variables)
+    policy          read policies and notification filters, evaluated fail-closed
+    reader          reading a resource through its backend binding (one pooled HTTP session)
+    watchers        one watcher per subscribed URI; a fire offers the URI to each subscriber's outbox
+    subscribers     subscribers, their outboxes, and the one owner of their lifecycle
+    strategies/     poll, nats_topic, postgres_listen_notify, sql_polling, plugin (entry points), memory (tests)
+    backoff         the one retry rhythm: 1, 2, 5, 10, then every 30 s
+    metrics, audit, logs, redaction, errors
+    subscribe_cli   `mcpg-subscribe`: a small client that subscribes and prints each notification
+"""
