@@ -17,20 +17,20 @@ TOKEN_PENDING = "TokenPending"
 TOKEN_CONFLICT = "TokenConflict"
 URI_CONFLICT = "UriConflict"
 INVALID_AUTH = "InvalidAuthConfig"
-ROLLOUT_STUCK = "ProgressDeadlineExceeded"
 TOKEN_ROLLED_OUT = "RolledOut"
 TOKEN_ROTATING = "Rotating"
 RETIRING_OLD_TOKENS = "RetiringOldTokens"
 
 
-def now_iso(ts: float | None = None) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() if ts is None else ts))
+def now_iso(ts: float) -> str:
+    """`ts` (seconds since the epoch) as an RFC 3339 UTC timestamp, the form Kubernetes uses."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
 
 
 def set_condition(
-    existing: list[dict[str, Any]], type_: str, status: bool, reason: str, message: str, generation: int
+    existing: list[dict[str, Any]], type_: str, status: bool, reason: str, message: str, generation: int, now: float
 ) -> list[dict[str, Any]]:
-    """Return `existing` with `type_` set; lastTransitionTime moves only when the status does."""
+    """Return `existing` with `type_` set; lastTransitionTime moves (to `now`) only when the status does."""
     value = "True" if status else "False"
     old = next((cond for cond in existing if cond.get("type") == type_), None)
     changed = old is None or old.get("status") != value
@@ -40,15 +40,15 @@ def set_condition(
         "reason": reason,
         "message": message[:1024],
         "observedGeneration": generation,
-        "lastTransitionTime": now_iso() if changed or old is None else old.get("lastTransitionTime", now_iso()),
+        "lastTransitionTime": now_iso(now) if changed or old is None else old.get("lastTransitionTime", now_iso(now)),
     }
     return [*(x for x in existing if x.get("type") != type_), cond]
 
 
 def set_stalled(
-    existing: list[dict[str, Any]], stalled: bool, reason: str, message: str, generation: int
+    existing: list[dict[str, Any]], stalled: bool, reason: str, message: str, generation: int, now: float
 ) -> list[dict[str, Any]]:
     """Stalled is present only while true (the kstatus convention): retrying will not help until the spec changes."""
     if stalled:
-        return set_condition(existing, STALLED, True, reason, message, generation)
+        return set_condition(existing, STALLED, True, reason, message, generation, now)
     return [x for x in existing if x.get("type") != STALLED]

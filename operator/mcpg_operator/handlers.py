@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 from typing import Any
 
 import kopf
@@ -20,9 +19,6 @@ from mcpg_operator.kube import Kube
 from mcpg_operator.scheduler import Scheduler
 
 logger = logging.getLogger(__name__)
-RESYNC_S = float(os.environ.get("MCPG_RESYNC_SECONDS", "30"))
-# How long a namespace's reconcile waits for more events before it runs (a burst becomes one rollout).
-SETTLE_S = float(os.environ.get("MCPG_SETTLE_SECONDS", "0.5"))
 
 
 @kopf.on.login()
@@ -46,15 +42,19 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     # No handler here stores state on objects, but keep kopf's markers under our prefix if it ever does.
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="mcpg.dev", ignored_fields=["data"])
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="mcpg.dev")
+    await _start(memo, _operator_settings())
+
+
+def _operator_settings() -> settings.OperatorSettings:
+    # Named apart from kopf's `settings` argument above, which shadows our module inside `startup`.
+    return settings.load()
+
+
+async def _start(memo: kopf.Memo, config: settings.OperatorSettings) -> None:
     kube = await Kube.connect()
-    defaults = settings_from_env()
     memo.kube = kube
-    memo.scheduler = Scheduler(lambda ns: reconcile.reconcile(kube, ns, defaults), settle_s=SETTLE_S)
-    memo.resync = asyncio.create_task(_resync(memo.scheduler))
-
-
-def settings_from_env() -> settings.GatewayDefaults:
-    return settings.from_env()
+    memo.scheduler = Scheduler(lambda ns: reconcile.reconcile(kube, ns, config.gateway), settle_s=config.settle_s)
+    memo.resync = asyncio.create_task(_resync(memo.scheduler, config.resync_s))
 
 
 @kopf.on.cleanup()
@@ -66,9 +66,9 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     await memo.kube.close()
 
 
-async def _resync(scheduler: Scheduler) -> None:
+async def _resync(scheduler: Scheduler, every_s: float) -> None:
     while True:
-        await asyncio.sleep(RESYNC_S)
+        await asyncio.sleep(every_s)
         for namespace in scheduler.known():
             scheduler.request(namespace)
 

@@ -2,18 +2,39 @@
 
 Objects are written with server-side apply (one field manager), so re-applying the same desired object is a
 no-op and fields that others own (the Deployment controller's status, a user's labels) are left alone.
+`Client` is the interface the reconcile's read and write phases use; tests pass an in-memory fake of it.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Protocol
 
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
 FIELD_MANAGER = "mcpg-operator"
 _OBJECT = {200: "object", 201: "object"}
+
+
+class Client(Protocol):
+    async def get(self, path: str) -> dict[str, Any] | None:
+        """The object at `path`; None if there is none."""
+
+    async def list(self, path: str, label_selector: str | None = None) -> list[dict[str, Any]]:
+        """The items of the collection at `path`, filtered by `label_selector`."""
+
+    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        """Create `body` in the collection at `path`; None if it already exists."""
+
+    async def apply(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Server-side apply `body` to the object at `path`, as this operator's field manager."""
+
+    async def merge_patch(self, path: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        """JSON merge patch of the object (or subresource) at `path`; None if there is none."""
+
+    async def delete(self, path: str) -> None:
+        """Delete the object at `path`; a missing one is already deleted."""
 
 
 class Kube:

@@ -10,36 +10,21 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 from pydantic import ValidationError
 
-from mcpg_gateway import config, loading, policy
-from mcpg_gateway.errors import ConfigError
-from mcpg_gateway.metrics import Metrics
+from mcpg_gateway.contract import check, config
 from mcpg_operator import conditions as c
-from mcpg_operator import models, rotation
+from mcpg_operator import models, observed, rotation
+from mcpg_operator.observed import SecretData
 from mcpg_operator.settings import GatewayDefaults
 
-SecretData = dict[str, dict[str, str]]
-"""Secret name -> key -> decoded value, for the Secrets of one namespace."""
-
-
-@dataclass(frozen=True, slots=True)
-class WatchObject:
-    name: str
-    uid: str
-    generation: int
-    created: str
-    spec: dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class TokenObject:
-    name: str
-    state: rotation.TokenState
+TokenStates = Mapping[str, rotation.TokenState]
+"""WebhookToken name -> the rotation state to render its webhooks from."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,15 +70,15 @@ AUTH_SECRET, AUTH_KEY = "mcpg-gateway-auth", "auth.yaml"
 
 
 def plan(
-    watches: list[WatchObject], tokens: dict[str, TokenObject], secrets: SecretData, defaults: GatewayDefaults
+    watches: Sequence[observed.Watch], tokens: TokenStates, secrets: SecretData, defaults: GatewayDefaults
 ) -> Plan:
     auth, auth_problem = _auth(secrets)
     out = Plan(config={})
     entries: dict[str, list[dict[str, Any]]] = {"resources": [], "resource_templates": []}
     uri_owner: dict[str, str] = {}
     token_owner: dict[str, str] = {}
-    for rw in sorted(watches, key=lambda w: (w.created, w.name)):
-        verdict, kind, entry = _one(rw, tokens, secrets, uri_owner, token_owner)
+    for rw in sorted(watches, key=lambda w: (w.id.created, w.name)):
+        verdict, kind, entry = _one(rw, tokens, secrets, defaults, uri_owner, token_owner)
         if entry is not None:
             entries[kind].append(entry)
             if auth_problem:
@@ -101,6 +86,12 @@ def plan(
         out.verdicts[rw.name] = verdict
     out.config = _gateway_config(entries, defaults, auth)
     return out
+
+
+def rendered_tokens(config: Mapping[str, Any]) -> frozenset[str]:
+    """Every webhook token the configuration accepts: what a rollout of it carries to the gateway's pods."""
+    capabilities = config["mcp"]["capabilities"]
+    return frozenset(t for kind in capabilities.values() for entry in kind for t in _tokens_of(entry))
 
 
 def _auth(secrets: SecretData) -> tuple[dict[str, Any] | None, str | None]:
@@ -122,9 +113,10 @@ def _auth(secrets: SecretData) -> tuple[dict[str, Any] | None, str | None]:
 
 
 def _one(
-    rw: WatchObject,
-    tokens: dict[str, TokenObject],
+    rw: observed.Watch,
+    tokens: TokenStates,
     secrets: SecretData,
+    defaults: GatewayDefaults,
     uri_owner: dict[str, str],
     token_owner: dict[str, str],
 ) -> tuple[Verdict, str, dict[str, Any] | None]:
@@ -143,7 +135,7 @@ def _one(
         entry = _entry(rw.name, spec, watch, tokens, secrets)
     except Unresolved as e:
         return refused(e.reason, e.message)
-    problems = _contract_problems(kind, entry)
+    problems = _contract_problems(kind, entry, defaults)
     if problems:
         return refused(c.INVALID_SPEC, "; ".join(problems), stalled=True)
     if spec.address in uri_owner:
@@ -163,7 +155,7 @@ def _entry(
     name: str,
     spec: models.ResourceWatchSpec,
     watch: models.WatchSpec,
-    tokens: dict[str, TokenObject],
+    tokens: TokenStates,
     secrets: SecretData,
 ) -> dict[str, Any]:
     http = spec.backend.http
@@ -192,7 +184,7 @@ def _entry(
     return entry
 
 
-def _strategy(watch: models.WatchSpec, tokens: dict[str, TokenObject], secrets: SecretData) -> dict[str, Any]:
+def _strategy(watch: models.WatchSpec, tokens: TokenStates, secrets: SecretData) -> dict[str, Any]:
     if watch.webhook is not None:
         return _webhook(watch.webhook.token_ref.name, tokens)
     if watch.nats_topic is not None:
@@ -212,17 +204,13 @@ def _strategy(watch: models.WatchSpec, tokens: dict[str, TokenObject], secrets: 
     return {"type": "poll", "interval_ms": (watch.poll or models.PollSpec()).interval_ms}
 
 
-def _webhook(token_name: str, tokens: dict[str, TokenObject]) -> dict[str, Any]:
-    token = tokens.get(token_name)
-    if token is None:
+def _webhook(token_name: str, tokens: TokenStates) -> dict[str, Any]:
+    state = tokens.get(token_name)
+    if state is None:
         raise Unresolved(c.WEBHOOK_TOKEN_NOT_FOUND, f"WebhookToken {token_name} does not exist in this namespace")
-    if token.state.current is None:
+    if state.current is None:
         raise Unresolved(c.TOKEN_PENDING, f"WebhookToken {token_name} has no token yet (see its status)")
-    return {
-        "type": "webhook",
-        "token": token.state.current,
-        "previous_tokens": [r.token for r in token.state.retiring],
-    }
+    return {"type": "webhook", "token": state.current, "previous_tokens": [r.token for r in state.retiring]}
 
 
 def _secret(secrets: SecretData, ref: models.SecretKeyRef) -> str:
@@ -234,23 +222,21 @@ def _secret(secrets: SecretData, ref: models.SecretKeyRef) -> str:
     return data[ref.key]
 
 
-def _tokens_of(entry: dict[str, Any]) -> list[str]:
+def _tokens_of(entry: Mapping[str, Any]) -> list[str]:
     strategy = entry["watch"]["strategy"]
     if strategy["type"] != "webhook":
         return []
     return [strategy["token"], *strategy["previous_tokens"]]
 
 
-def _contract_problems(kind: str, entry: dict[str, Any]) -> list[str]:
+def _contract_problems(kind: str, entry: dict[str, Any], defaults: GatewayDefaults) -> list[str]:
+    # The gateway's own check, on this entry alone (with the gateway section it will get, for the NATS server).
     # No environment: the operator resolves every secret itself, so a ${env.X} left in a field is an error.
-    # The CEL is compiled too, as the gateway will: a bad expression must never reach a gateway pod.
-    try:
-        cfg = loading.load_dict({"mcp": {"capabilities": {kind: [entry]}}}, environ={})
-        policy.Policies(cfg.mcp.capabilities, Metrics())
-    except ConfigError as e:
-        prefix = f"mcp.capabilities.{kind}[0]."
-        return [p.removeprefix(prefix) for p in e.problems]
-    return []
+    # The CEL is compiled too: a bad expression must never reach a gateway pod. Which plugins are installed is
+    # the gateway image's business, so plugin kinds are not checked here.
+    raw = _gateway_config({kind: [entry]}, defaults, None)
+    prefix = f"mcp.capabilities.{kind}[0]."
+    return [str(p).removeprefix(prefix) for p in check.problems(raw, environ={}, plugin_kinds=None)]
 
 
 def _first_errors(e: ValidationError, limit: int = 3) -> str:

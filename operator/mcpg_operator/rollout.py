@@ -17,10 +17,3 @@ def rollout_complete(deployment: dict[str, Any]) -> bool:
     return bool(
         updated >= replicas and status.get("replicas", 0) <= updated and status.get("availableReplicas", 0) >= updated
     )
-
-
-def progress_deadline_exceeded(deployment: dict[str, Any]) -> bool:
-    return any(
-        c.get("type") == "Progressing" and c.get("reason") == "ProgressDeadlineExceeded"
-        for c in deployment.get("status", {}).get("conditions", [])
-    )

@@ -55,9 +55,12 @@ def observe_secret(state: TokenState, value: str | None, now: float) -> Edit:
     return Edit(TokenState(current=value, retiring=tuple(retiring[dropped:])), dropped)
 
 
-def observe_rollout(state: TokenState, carries_state: bool, complete: bool, now: float) -> TokenState:
-    """The gateway's rollout is `complete`; `carries_state` says it runs the configuration rendered from `state`."""
-    if not (carries_state and complete):
+def observe_rollout(state: TokenState, complete: bool, now: float) -> TokenState:
+    """`complete`: every pod runs a configuration rendered from `state` (or no configuration needs it at all).
+
+    Without a current token there is nothing to accept (and nothing retiring), so nothing changes.
+    """
+    if not complete or state.current is None:
         return state
     return replace(
         state,

@@ -3,7 +3,8 @@
 A request during a run marks the namespace dirty and the run loops once more, so the last event is never lost.
 Each run waits a short settle time first, so a burst (a `kubectl apply` of many watches) becomes one rendered
 configuration and one rollout instead of a rollout per object. Failed runs are retried with backoff; a run that
-asks to be woken later (a grace period) is scheduled.
+asks to be woken later (a grace period) is scheduled, and one that asks for a rerun (it created something the
+next run must read back) runs again at once.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ class Scheduler:
                 self._later(namespace, ns, delay)
                 return
             ns.failures = 0
+            ns.dirty = ns.dirty or ns.last.rerun
             if ns.last.next_check_s is not None:
                 self._later(namespace, ns, ns.last.next_check_s + 0.05)
         ns.done.set()

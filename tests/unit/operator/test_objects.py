@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from typing import Any
 
 import yaml
 
@@ -27,7 +28,7 @@ def test_every_resourcewatch_owns_the_objects_without_blocking_deletion() -> Non
 
 
 def test_the_configuration_secret_is_immutable_and_named_by_its_hash() -> None:
-    config = {"mcp": {"capabilities": {"resources": []}}}
+    config: dict[str, Any] = {"mcp": {"capabilities": {"resources": []}}}
     secret = objects.config_secret("ns", config, HASH, OWNERS)
     assert secret["immutable"] is True
     assert secret["metadata"]["name"] == "mcpg-gateway-config-" + HASH[:16]

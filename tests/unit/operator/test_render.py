@@ -8,9 +8,9 @@ from typing import Any
 
 import yaml
 
-from mcpg_gateway import loading
+from mcpg_gateway.contract import check
 from mcpg_operator import conditions as c
-from mcpg_operator import render
+from mcpg_operator import observed, render
 from mcpg_operator.rotation import Retiring, TokenState
 from mcpg_operator.settings import GatewayDefaults
 
@@ -19,16 +19,17 @@ DEFAULTS = GatewayDefaults(allowed_origins=["https://app.example"], nats_url="na
 SECRETS = {"google-api": {"token": "Bearer g"}, "inventory-db": {"url": "postgres://u:p@db/app"}}
 
 
-def watch(name: str, spec: dict[str, Any], created: str = "2026-01-01T00:00:00Z") -> render.WatchObject:
-    return render.WatchObject(name, f"uid-{name}", 1, created, spec)
+def watch(name: str, spec: dict[str, Any], created: str = "2026-01-01T00:00:00Z") -> observed.Watch:
+    identity = observed.Identity("mcpg.dev/v1alpha1", "ResourceWatch", name, f"uid-{name}", 1, created)
+    return observed.Watch(identity, spec, {})
 
 
-def example(name: str) -> render.WatchObject:
+def example(name: str) -> observed.Watch:
     doc = yaml.safe_load((MANIFESTS / f"{name}.yaml").read_text())
     return watch(doc["metadata"]["name"], doc["spec"])
 
 
-def hook(name: str, token: str, created: str = "2026-01-01T00:00:00Z", uri: str | None = None) -> render.WatchObject:
+def hook(name: str, token: str, created: str = "2026-01-01T00:00:00Z", uri: str | None = None) -> observed.Watch:
     spec = {
         "uri": uri or f"x://{name}",
         "backend": {"http": {"url": "http://u/"}},
@@ -37,15 +38,15 @@ def hook(name: str, token: str, created: str = "2026-01-01T00:00:00Z", uri: str 
     return watch(name, spec, created)
 
 
-def tokens(**states: TokenState) -> dict[str, render.TokenObject]:
-    return {name: render.TokenObject(name, state) for name, state in states.items()}
+def tokens(**states: TokenState) -> dict[str, TokenState]:
+    return states
 
 
 def test_every_example_manifest_renders_into_a_configuration_the_gateway_accepts() -> None:
     examples = [example(p.stem) for p in sorted(MANIFESTS.glob("*.yaml")) if p.stem != "webhooktoken"]
     plan = render.plan(examples, tokens(**{"reports-token": TokenState(current="tok")}), SECRETS, DEFAULTS)
     assert {name: v.reason for name, v in plan.verdicts.items() if not v.served} == {}
-    cfg = loading.load_dict(plan.config, environ={})
+    cfg = check.load(plan.config, environ={})
     assert len(cfg.mcp.capabilities.resources) + len(cfg.mcp.capabilities.resource_templates) == len(examples)
     assert cfg.gateway.server.allowed_origins == ["https://app.example"]
 
@@ -189,7 +190,7 @@ def test_the_namespace_auth_secret_becomes_the_gateways_auth_block() -> None:
     )
     assert plan.config["gateway"]["auth"]["principals"][0]["principal_id"] == "alice"
     assert plan.verdicts["a"].served
-    cfg = loading.load_dict(plan.config, environ={})
+    cfg = check.load(plan.config, environ={})
     assert cfg.gateway.auth.principals[0].groups == ["finance"]
 
 

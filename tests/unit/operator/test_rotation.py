@@ -16,7 +16,7 @@ def promote(state: TokenState, value: str, now: float = 0.0) -> TokenState:
 
 
 def rolled(state: TokenState, now: float, grace: float = 0.0) -> TokenState:
-    return rotation.retire_due(rotation.observe_rollout(state, True, True, now), grace, now)
+    return rotation.retire_due(rotation.observe_rollout(state, True, now), grace, now)
 
 
 def test_the_first_value_becomes_current_with_nothing_to_retire() -> None:
@@ -38,8 +38,7 @@ def test_an_edit_promotes_the_new_token_and_keeps_the_old_one_retiring() -> None
 
 def test_the_old_token_is_not_retired_before_the_rollout_completes() -> None:
     state = promote(TokenState(current="a"), "b")
-    assert rotation.observe_rollout(state, carries_state=True, complete=False, now=5) == state
-    assert rotation.observe_rollout(state, carries_state=False, complete=True, now=5) == state
+    assert rotation.observe_rollout(state, complete=False, now=5) == state
     assert rotation.retire_due(state, 0, now=1e9).tokens() == ["b", "a"]
 
 
@@ -49,7 +48,7 @@ def test_a_completed_rollout_retires_the_old_token_at_once_with_no_grace() -> No
 
 
 def test_a_grace_period_keeps_the_old_token_until_it_has_passed() -> None:
-    state = rotation.observe_rollout(promote(TokenState(current="a"), "b"), True, True, now=5)
+    state = rotation.observe_rollout(promote(TokenState(current="a"), "b"), True, now=5)
     assert rotation.retire_due(state, 60, now=64.9).tokens() == ["b", "a"]
     assert rotation.next_retirement(state, 60) == 65
     assert rotation.retire_due(state, 60, now=65).tokens() == ["b"]
@@ -66,10 +65,14 @@ def test_reverting_to_a_retiring_token_does_not_list_it_twice() -> None:
     assert state.tokens() == ["a", "b"]
 
 
+def test_a_state_without_a_current_token_has_nothing_to_accept() -> None:
+    assert rotation.observe_rollout(TokenState(), complete=True, now=5) == TokenState()
+
+
 def test_a_stuck_rollout_retires_nothing_however_long_it_takes() -> None:
     state = promote(TokenState(current="a"), "b")
     for now in (10, 1000, 1e7):
-        state = rotation.retire_due(rotation.observe_rollout(state, True, False, now), 0, now)
+        state = rotation.retire_due(rotation.observe_rollout(state, False, now), 0, now)
     assert state.tokens() == ["b", "a"]
 
 
@@ -162,7 +165,7 @@ def test_no_available_pod_refuses_a_token_that_is_not_yet_retired(seed: int) -> 
         desired = frozenset(state.tokens())
         if cluster.template != desired:
             cluster.set_template(desired)
-        state = rotation.observe_rollout(state, carries_state=True, complete=cluster.complete(), now=now)
+        state = rotation.observe_rollout(state, complete=cluster.complete(), now=now)
         if state.current_accepted_at is not None and state.current:
             accepted_once.add(state.current)
         state = rotation.retire_due(state, grace, now)

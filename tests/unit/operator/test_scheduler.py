@@ -64,3 +64,18 @@ async def test_namespaces_run_independently_and_a_failure_stays_in_its_namespace
     assert "broken" in rec.runs
     assert scheduler.known() == ["broken", "fine"]
     await scheduler.close()
+
+
+async def test_a_run_that_asks_for_a_rerun_runs_again_at_once() -> None:
+    runs: list[str] = []
+
+    async def run(namespace: str) -> Outcome:
+        runs.append(namespace)
+        return Outcome(rerun=len(runs) == 1)
+
+    scheduler = Scheduler(run)
+    scheduler.request("shop")
+    async with asyncio.timeout(5):
+        await scheduler.idle("shop")
+    assert runs == ["shop", "shop"]
+    await scheduler.close()

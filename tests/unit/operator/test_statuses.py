@@ -4,15 +4,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from mcpg_operator import models, render, statuses, tokens
+from mcpg_operator import models, observed, render, statuses, tokens
 from mcpg_operator.rotation import Retiring, TokenState
 
-WT = {"metadata": {"name": "t", "generation": 4}, "status": {"currentAcceptedAt": "2026-01-01T00:00:00Z"}}
+NOW = 1_000.0
+WT = observed.Token(
+    observed.Identity("mcpg.dev/v1alpha1", "WebhookToken", "t", "uid", 4),
+    {},
+    {"currentAcceptedAt": "2026-01-01T00:00:00Z"},
+    TokenState(),
+)
 
 
-def source(spec: models.WebhookTokenSpec | None = None) -> tokens.TokenSource:
+def source(spec: models.WebhookTokenSpec | None = None) -> tokens.Source:
     spec = spec or models.WebhookTokenSpec.model_validate({"secretRef": {"name": "s"}, "gracePeriodSeconds": 30})
-    return tokens.TokenSource("t", "uid", 4, spec, None, None, TokenState())
+    return tokens.Source(spec)
+
+
+def watch(generation: int, status: dict[str, Any] | None = None) -> observed.Watch:
+    return observed.Watch(
+        observed.Identity("mcpg.dev/v1alpha1", "ResourceWatch", "w", "uid-w", generation), {}, status or {}
+    )
 
 
 def conditions(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
@@ -20,7 +32,7 @@ def conditions(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
 
 
 def test_a_rolling_token_clears_the_previous_acceptance_time_and_is_not_ready() -> None:
-    status = statuses.token_status(WT, source(), TokenState(current="new", retiring=(Retiring("old", 10.0),)))
+    status = statuses.token_status(WT, source(), TokenState(current="new", retiring=(Retiring("old", 10.0),)), NOW)
     assert status["phase"] == "Rolling"
     assert status["currentAcceptedAt"] is None  # a merge patch with None removes the old token's timestamp
     assert conditions(status)["TokenAccepted"] == ("False", "Rotating")
@@ -29,7 +41,7 @@ def test_a_rolling_token_clears_the_previous_acceptance_time_and_is_not_ready() 
 
 def test_a_retiring_token_shows_when_it_will_be_dropped_and_only_digests() -> None:
     state = TokenState(current="new", current_accepted_at=100.0, retiring=(Retiring("old", 10.0, 100.0),))
-    status = statuses.token_status(WT, source(), state)
+    status = statuses.token_status(WT, source(), state, NOW)
     assert status["phase"] == "Retiring"
     assert status["retiring"][0]["retireAfter"] == "1970-01-01T00:02:10Z"  # rolled out at 100 s + 30 s grace
     assert conditions(status)["Ready"] == ("True", "RetiringOldTokens")
@@ -38,7 +50,7 @@ def test_a_retiring_token_shows_when_it_will_be_dropped_and_only_digests() -> No
 
 
 def test_a_missing_secret_says_how_to_fix_it() -> None:
-    status = statuses.token_status(WT, source(), TokenState())
+    status = statuses.token_status(WT, source(), TokenState(), NOW)
     assert status["phase"] == "Pending"
     assert conditions(status)["Ready"] == ("False", "SecretNotFound")
     [ready] = [c for c in status["conditions"] if c["type"] == "Ready"]
@@ -47,10 +59,10 @@ def test_a_missing_secret_says_how_to_fix_it() -> None:
 
 
 def test_a_watch_is_ready_only_once_the_rollout_carrying_it_has_completed() -> None:
-    rw = {"metadata": {"name": "w", "generation": 2}}
+    rw = watch(2)
     verdict = render.Verdict(True, "Served", "served", False, "poll", "x://w")
-    rolling = statuses.watch_status(rw, verdict, "a" * 64, rolled_out=False)
-    done = statuses.watch_status(rw, verdict, "a" * 64, rolled_out=True)
+    rolling = statuses.watch_status(rw, verdict, "a" * 64, rolled_out=False, now=NOW)
+    done = statuses.watch_status(rw, verdict, "a" * 64, rolled_out=True, now=NOW)
     assert conditions(rolling)["Ready"] == ("False", "RollingOut")
     assert conditions(rolling)["Reconciling"][0] == "True"
     assert conditions(done)["Ready"] == ("True", "Served")
@@ -58,8 +70,24 @@ def test_a_watch_is_ready_only_once_the_rollout_carrying_it_has_completed() -> N
 
 
 def test_an_invalid_watch_is_stalled_and_keeps_no_stale_fields() -> None:
-    rw = {"metadata": {"name": "w", "generation": 1}, "status": {"configHash": "old"}}
+    rw = watch(1, {"configHash": "old"})
     verdict = render.Verdict(False, "InvalidSpec", "spec.uri: bad", True)
-    status = statuses.watch_status(rw, verdict, "a" * 64, rolled_out=True)
+    status = statuses.watch_status(rw, verdict, "a" * 64, rolled_out=True, now=NOW)
     assert conditions(status)["Stalled"] == ("True", "InvalidSpec")
     assert status["configHash"] is None
+
+
+def test_a_condition_keeps_its_transition_time_until_its_status_changes() -> None:
+    verdict = render.Verdict(True, "Served", "served", False, "poll", "x://w")
+    first = statuses.watch_status(watch(1), verdict, "a" * 64, rolled_out=True, now=NOW)
+    again = statuses.watch_status(watch(1, first), verdict, "a" * 64, rolled_out=True, now=NOW + 60)
+    assert conditions(again) == conditions(first)
+    assert [c["lastTransitionTime"] for c in again["conditions"]] == [
+        c["lastTransitionTime"] for c in first["conditions"]
+    ]
+    assert not statuses.changed(first, again)
+
+
+def test_a_null_field_and_an_absent_one_are_the_same_status() -> None:
+    assert not statuses.changed({"configHash": None, "conditions": []}, {"conditions": []})
+    assert statuses.changed({"configHash": "a"}, {"configHash": None})

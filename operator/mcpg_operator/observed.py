@@ -1,0 +1,226 @@
+"""What one namespace holds, as typed read-only views built from the API's dicts. Pure.
+
+The read phase builds one `Snapshot` of these and the decision works on nothing else: raw API objects stop
+here. Each view keeps only what a decision needs: identity (for owner references and Events), the spec the
+models validate, the status as last written, a token's persisted rotation state, and what the gateway's
+Deployment and ReplicaSets run. Views are frozen and built from copies, so no phase can change another's input.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from mcpg_operator import objects, rotation, tokens
+from mcpg_operator.rollout import rollout_complete
+
+SecretData = dict[str, dict[str, str]]
+"""Secret name -> key -> decoded value, for the Secrets of one namespace."""
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who an object is: enough to name it in an owner reference or an Event."""
+
+    api_version: str
+    kind: str
+    name: str
+    uid: str
+    generation: int = 0
+    created: str = ""
+    """creationTimestamp (RFC 3339, so it sorts in time order)."""
+
+    def owner_reference(self) -> dict[str, Any]:
+        """This object as the controller owner of another; blockOwnerDeletion is off (no finalizer rights needed)."""
+        return {
+            "apiVersion": self.api_version,
+            "kind": self.kind,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": False,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Watch:
+    """A ResourceWatch."""
+
+    id: Identity
+    spec: dict[str, Any]
+    status: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return self.id.name
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    """A WebhookToken and the rotation state persisted for it (the empty state if none was saved yet)."""
+
+    id: Identity
+    spec: dict[str, Any]
+    status: dict[str, Any]
+    state: rotation.TokenState
+
+    @property
+    def name(self) -> str:
+        return self.id.name
+
+
+@dataclass(frozen=True, slots=True)
+class Secret:
+    name: str
+    labels: dict[str, str]
+    data: dict[str, str]
+    """Decoded values; binary ones are left out (they cannot be tokens or URLs)."""
+    owner_uids: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """An object the operator server-side applies, as read."""
+
+    _live: dict[str, Any]
+
+    def covers(self, desired: Mapping[str, Any]) -> bool:
+        """Every field of `desired` already has that value, so applying it would change nothing.
+
+        The API server may normalise a value (a CPU quantity "0.5" reads back as "500m"); such a field compares
+        unequal and costs one redundant, harmless apply per pass.
+        """
+        return _covers(self._live, desired)
+
+
+@dataclass(frozen=True, slots=True)
+class Deployment:
+    """The gateway Deployment: which configuration its template names, and whether its rollout completed."""
+
+    config_hash: str | None
+    config_secret: str | None
+    rollout_complete: bool
+    applied: Applied
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaSet:
+    name: str
+    secrets: frozenset[str]
+    """Every Secret its pod template mounts: the configuration its pods started with."""
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything one reconcile pass of a namespace reads, read before anything is written."""
+
+    namespace: str
+    watches: tuple[Watch, ...]
+    tokens: tuple[Token, ...]
+    secrets: tuple[Secret, ...]
+    deployment: Deployment | None = None
+    replicasets: tuple[ReplicaSet, ...] = ()
+    service_account: Applied | None = None
+    service: Applied | None = None
+
+    def secret(self, name: str) -> Secret | None:
+        return next((s for s in self.secrets if s.name == name), None)
+
+    def secret_data(self) -> SecretData:
+        return {s.name: dict(s.data) for s in self.secrets}
+
+
+def snapshot(
+    namespace: str,
+    *,
+    watches: Iterable[dict[str, Any]],
+    webhook_tokens: Iterable[dict[str, Any]],
+    secrets: Iterable[dict[str, Any]],
+    deployment: dict[str, Any] | None = None,
+    replicasets: Iterable[dict[str, Any]] = (),
+    service_account: dict[str, Any] | None = None,
+    service: dict[str, Any] | None = None,
+) -> Snapshot:
+    """Build the views from the API's objects; objects being deleted are already gone as far as we care."""
+    secret_views = tuple(secret(s) for s in secrets)
+    data = {s.name: s.data for s in secret_views}
+    return Snapshot(
+        namespace,
+        tuple(watch(w) for w in _live(watches)),
+        tuple(token(t, data) for t in _live(webhook_tokens)),
+        secret_views,
+        gateway_deployment(deployment) if deployment else None,
+        tuple(replicaset(rs) for rs in replicasets),
+        Applied(copy.deepcopy(service_account)) if service_account else None,
+        Applied(copy.deepcopy(service)) if service else None,
+    )
+
+
+def identity(obj: Mapping[str, Any]) -> Identity:
+    meta = obj["metadata"]
+    return Identity(
+        obj["apiVersion"],
+        obj["kind"],
+        meta["name"],
+        meta["uid"],
+        meta.get("generation", 0),
+        meta.get("creationTimestamp", ""),
+    )
+
+
+def watch(obj: Mapping[str, Any]) -> Watch:
+    return Watch(identity(obj), copy.deepcopy(obj.get("spec") or {}), copy.deepcopy(obj.get("status") or {}))
+
+
+def token(obj: Mapping[str, Any], secrets: Mapping[str, Mapping[str, str]]) -> Token:
+    state = tokens.parse_state(secrets.get(tokens.state_secret_name(obj["metadata"]["name"])))
+    return Token(identity(obj), copy.deepcopy(obj.get("spec") or {}), copy.deepcopy(obj.get("status") or {}), state)
+
+
+def secret(obj: Mapping[str, Any]) -> Secret:
+    meta = obj["metadata"]
+    owners = frozenset(o["uid"] for o in meta.get("ownerReferences") or [])
+    return Secret(meta["name"], dict(meta.get("labels") or {}), decode(obj), owners)
+
+
+def decode(obj: Mapping[str, Any]) -> dict[str, str]:
+    out = {}
+    for key, value in (obj.get("data") or {}).items():
+        try:
+            out[key] = base64.b64decode(value).decode()
+        except (ValueError, UnicodeDecodeError):
+            continue  # binary values cannot be tokens or URLs; ignore rather than fail the namespace
+    return out
+
+
+def gateway_deployment(obj: Mapping[str, Any]) -> Deployment:
+    template = obj.get("spec", {}).get("template", {})
+    annotations = template.get("metadata", {}).get("annotations") or {}
+    config = next((v["secret"]["secretName"] for v in _volumes(template) if v.get("name") == "config"), None)
+    return Deployment(
+        annotations.get(objects.HASH_ANNOTATION), config, rollout_complete(dict(obj)), Applied(copy.deepcopy(dict(obj)))
+    )
+
+
+def replicaset(obj: Mapping[str, Any]) -> ReplicaSet:
+    template = obj.get("spec", {}).get("template", {})
+    return ReplicaSet(obj["metadata"]["name"], frozenset(v["secret"]["secretName"] for v in _volumes(template)))
+
+
+def _volumes(template: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [v for v in (template.get("spec") or {}).get("volumes") or [] if "secret" in v]
+
+
+def _live(objs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [o for o in objs if not o["metadata"].get("deletionTimestamp")]
+
+
+def _covers(live: Any, desired: Any) -> bool:
+    if isinstance(desired, Mapping):
+        return isinstance(live, Mapping) and all(k in live and _covers(live[k], v) for k, v in desired.items())
+    if isinstance(desired, list):
+        return isinstance(live, list) and len(live) == len(desired) and all(map(_covers, live, desired))
+    return bool(live == desired)

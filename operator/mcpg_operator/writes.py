@@ -1,0 +1,89 @@
+"""The writes a decision asks for, as values: what to create, apply, patch, delete or post, and at which stage.
+
+The decision only describes writes; `write.execute` performs them, stage by stage, in the order its docstring
+explains. Each write names its target by collection and name in the reconciled namespace, never by a URL.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+
+class Stage(enum.IntEnum):
+    """When a write happens within a pass (see `write` for why in this order)."""
+
+    TOKEN_SECRETS = 1
+    ROTATION_STATE = 2
+    GATEWAY = 3
+    COLLECT = 4
+    STATUS = 5
+    EVENTS = 6
+
+
+@dataclass(frozen=True, slots=True)
+class Ref:
+    """An object of the reconciled namespace: its collection (plural and API group; None is core) and name."""
+
+    plural: str
+    name: str
+    group: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CreateObject:
+    """Create `body`; if it already exists, leave it as it is."""
+
+    stage: Stage
+    ref: Ref
+    body: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyObject:
+    """Server-side apply `body` (the operator's field manager owns exactly the fields it sets)."""
+
+    stage: Stage
+    ref: Ref
+    body: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class MergePatch:
+    """JSON merge patch of the object (not its status)."""
+
+    stage: Stage
+    ref: Ref
+    patch: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteObject:
+    ref: Ref
+    stage: ClassVar[Stage] = Stage.COLLECT
+
+
+@dataclass(frozen=True, slots=True)
+class MergePatchStatus:
+    """Replace the fields of the status subresource that `status` names (a None value removes one)."""
+
+    ref: Ref
+    status: dict[str, Any]
+    stage: ClassVar[Stage] = Stage.STATUS
+
+
+@dataclass(frozen=True, slots=True)
+class PostEvent:
+    """Create a core/v1 Event (the body is complete, timestamps included)."""
+
+    body: dict[str, Any]
+    stage: ClassVar[Stage] = Stage.EVENTS
+
+
+Write = CreateObject | ApplyObject | MergePatch | DeleteObject | MergePatchStatus | PostEvent
+
+
+def in_order(writes: list[Write]) -> tuple[Write, ...]:
+    """`writes` stage by stage; within a stage, in the order they were decided (a stable sort)."""
+    return tuple(sorted(writes, key=lambda w: w.stage))

@@ -1,0 +1,246 @@
+"""An in-memory Kubernetes API for the operator's unit tests: the small client of `mcpg_operator.kube`.
+
+Objects are stored by REST path; every write the operator makes is recorded, in order, in `writes`. What other
+actors do (a user editing a Secret, the Deployment controller rolling pods) goes through the helpers below and
+is never recorded, so a test can assert exactly what the operator wrote. Server-side apply is simplified to
+"the operator's field manager owns every field it sends": enough for one operator.
+"""
+
+from __future__ import annotations
+
+import base64
+import builtins
+import copy
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+GATEWAY = "mcpg-gateway"
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One write request: create, apply, merge_patch or delete, on an object path (a create's new object)."""
+
+    method: str
+    path: str
+    body: dict[str, Any] | None = None
+
+
+class FakeKube:
+    def __init__(self) -> None:
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.writes: list[Call] = []
+        self._serial = itertools.count(1)
+
+    # --- the client interface (what the operator calls) ----------------------------------------------------
+
+    async def get(self, path: str) -> dict[str, Any] | None:
+        obj = self.objects.get(path)
+        return copy.deepcopy(obj) if obj is not None else None
+
+    async def list(self, path: str, label_selector: str | None = None) -> list[dict[str, Any]]:
+        return [
+            copy.deepcopy(obj)
+            for key, obj in sorted(self.objects.items())
+            if key.rsplit("/", 1)[0] == path and _matches(obj, label_selector)
+        ]
+
+    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        meta = body.get("metadata", {})
+        name = meta.get("name") or f"{meta['generateName']}{next(self._serial)}"
+        target = f"{path}/{name}"
+        self.writes.append(Call("create", target, copy.deepcopy(body)))
+        if target in self.objects:
+            return None
+        return copy.deepcopy(self._store(target, {**body, "metadata": {**meta, "name": name}}))
+
+    async def apply(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.writes.append(Call("apply", path, copy.deepcopy(body)))
+        old = self.objects.get(path)
+        if old is None:
+            return copy.deepcopy(self._store(path, body))
+        new = {**copy.deepcopy(body), "status": old.get("status", {})}
+        server = {k: old["metadata"][k] for k in ("uid", "creationTimestamp", "generation") if k in old["metadata"]}
+        new["metadata"] = {**copy.deepcopy(body["metadata"]), **server}
+        if body.get("spec") != old.get("spec"):
+            new["metadata"]["generation"] = old["metadata"].get("generation", 1) + 1
+        self.objects[path] = new
+        return copy.deepcopy(new)
+
+    async def merge_patch(self, path: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        self.writes.append(Call("merge_patch", path, copy.deepcopy(body)))
+        target = path.removesuffix("/status")
+        obj = self.objects.get(target)
+        if obj is None:
+            return None
+        if path.endswith("/status"):
+            obj["status"] = _merge(obj.get("status", {}), body.get("status", {}))
+        else:
+            self.objects[target] = obj = _merge(obj, body)
+        return copy.deepcopy(obj)
+
+    async def delete(self, path: str) -> None:
+        self.writes.append(Call("delete", path))
+        self.objects.pop(path, None)
+
+    # --- what users and other controllers do (not recorded) -----------------------------------------------
+
+    def put(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Create or replace `obj` as a user would (`kubectl apply`); the generation moves when the spec does."""
+        path = object_path(obj)
+        old = self.objects.get(path)
+        stored = self._store(path, obj)
+        if old is not None:
+            stored["metadata"]["uid"] = old["metadata"]["uid"]
+            stored["metadata"]["creationTimestamp"] = old["metadata"]["creationTimestamp"]
+            moved = old.get("spec") != obj.get("spec")
+            stored["metadata"]["generation"] = old["metadata"].get("generation", 1) + int(moved)
+            stored["status"] = old.get("status", {})
+        return copy.deepcopy(stored)
+
+    def remove(self, path: str) -> None:
+        self.objects.pop(path, None)
+
+    def set_secret(self, namespace: str, name: str, **values: str) -> None:
+        data = {k: base64.b64encode(v.encode()).decode() for k, v in values.items()}
+        self.put(
+            {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": namespace}, "data": data}
+        )
+
+    def secret_value(self, namespace: str, name: str, key: str) -> str | None:
+        secret = self.objects.get(f"/api/v1/namespaces/{namespace}/secrets/{name}")
+        if secret is None or key not in secret.get("data", {}):
+            return None
+        return base64.b64decode(secret["data"][key]).decode()
+
+    def deployment(self, namespace: str) -> dict[str, Any] | None:
+        return self.objects.get(f"/apis/apps/v1/namespaces/{namespace}/deployments/{GATEWAY}")
+
+    def template_config(self, namespace: str) -> dict[str, Any]:
+        """The gateway configuration the Deployment's pod template names now."""
+        deployment = self.deployment(namespace)
+        assert deployment is not None, "no gateway Deployment"
+        return self.config(namespace, config_secret(deployment["spec"]["template"]))
+
+    def config(self, namespace: str, secret_name: str) -> dict[str, Any]:
+        text = self.secret_value(namespace, secret_name, "gateway.yaml")
+        assert text is not None, f"no configuration Secret {secret_name}"
+        loaded: dict[str, Any] = yaml.safe_load(text)
+        return loaded
+
+    def replicasets(self, namespace: str) -> builtins.list[dict[str, Any]]:  # `list` is a method here
+        prefix = f"/apis/apps/v1/namespaces/{namespace}/replicasets/"
+        return [obj for path, obj in sorted(self.objects.items()) if path.startswith(prefix)]
+
+    def complete_rollout(self, namespace: str) -> None:
+        """The Deployment controller finished: every replica runs the current template, and is available."""
+        deployment = self._rolling(namespace)
+        replicas = deployment["spec"].get("replicas", 1)
+        deployment["status"] = {
+            "observedGeneration": deployment["metadata"]["generation"],
+            "replicas": replicas,
+            "updatedReplicas": replicas,
+            "readyReplicas": replicas,
+            "availableReplicas": replicas,
+        }
+
+    def stall_rollout(self, namespace: str) -> None:
+        """The controller started rolling the current template (its ReplicaSet exists) but a new pod is not Ready."""
+        deployment = self._rolling(namespace)
+        replicas = deployment["spec"].get("replicas", 1)
+        deployment["status"] = {
+            "observedGeneration": deployment["metadata"]["generation"],
+            "replicas": replicas + 1,
+            "updatedReplicas": 1,
+            "readyReplicas": replicas,
+            "availableReplicas": replicas,
+        }
+
+    def prune_replicasets(self, namespace: str) -> None:
+        """Old ReplicaSets go (revisionHistoryLimit): only the one running the current template is left."""
+        deployment = self.deployment(namespace)
+        assert deployment is not None
+        current = replicaset_name(deployment["spec"]["template"])
+        for rs in self.replicasets(namespace):
+            if rs["metadata"]["name"] != current:
+                self.objects.pop(object_path(rs))
+
+    def _rolling(self, namespace: str) -> dict[str, Any]:
+        deployment = self.deployment(namespace)
+        assert deployment is not None, "no gateway Deployment to roll"
+        template = deployment["spec"]["template"]
+        rs = {
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "metadata": {
+                "name": replicaset_name(template),
+                "namespace": namespace,
+                "labels": template["metadata"]["labels"],
+            },
+            "spec": {"replicas": deployment["spec"].get("replicas", 1), "template": copy.deepcopy(template)},
+        }
+        if object_path(rs) not in self.objects:
+            self._store(object_path(rs), rs)
+        return deployment
+
+    def _store(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
+        stored = copy.deepcopy(obj)
+        meta = stored.setdefault("metadata", {})
+        n = next(self._serial)
+        meta.setdefault("uid", f"uid-{n}")
+        meta.setdefault("creationTimestamp", f"2026-01-01T00:{n // 60 % 60:02d}:{n % 60:02d}Z")
+        meta.setdefault("generation", 1)
+        self.objects[path] = stored
+        return stored
+
+
+def object_path(obj: dict[str, Any]) -> str:
+    api = obj["apiVersion"]
+    prefix = "/api/v1" if api == "v1" else f"/apis/{api}"
+    meta = obj["metadata"]
+    return f"{prefix}/namespaces/{meta['namespace']}/{plural(obj['kind'])}/{meta['name']}"
+
+
+def plural(kind: str) -> str:
+    lower = kind.lower()
+    return lower + ("es" if lower.endswith(("s", "ch", "sh", "x")) else "s")
+
+
+def config_secret(template: dict[str, Any]) -> str:
+    [volume] = [v for v in template["spec"]["volumes"] if v["name"] == "config"]
+    return str(volume["secret"]["secretName"])
+
+
+def replicaset_name(template: dict[str, Any]) -> str:
+    digest = hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()
+    return f"{GATEWAY}-{digest[:10]}"
+
+
+def _matches(obj: dict[str, Any], selector: str | None) -> bool:
+    labels = obj.get("metadata", {}).get("labels") or {}
+    for term in filter(None, (selector or "").split(",")):
+        key, _, value = term.partition("=")
+        if term.startswith("!"):
+            if term[1:] in labels:
+                return False
+        elif key not in labels or (value and labels[key] != value):
+            return False
+    return True
+
+
+def _merge(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = _merge(out.get(key), value)
+    return out

@@ -1,0 +1,351 @@
+"""The reconcile, read -> decide -> write, against an in-memory API: the order of its writes keeps rotation safe."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from mcpg_testing.fake_kube import Call, FakeKube
+
+from mcpg_operator import objects, observed, read, reconcile, tokens
+from mcpg_operator.rotation import TokenState
+from mcpg_operator.settings import GatewayDefaults
+
+NS = "shop"
+DEFAULTS = GatewayDefaults(replicas=2)
+GENERATED = "generated-token-value"
+BAD_AUTH = "principals:\n  - {token_sha256: nothex, principal_id: alice}\n"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def kube() -> FakeKube:
+    return FakeKube()
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+def resourcewatch(name: str = "hook", token: str | None = "tok", **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"uri": f"x://{name}", "backend": {"http": {"url": "http://upstream/"}}, **spec}
+    if token is not None:
+        body["watch"] = {"webhook": {"tokenRef": {"name": token}}}
+    return {
+        "apiVersion": "mcpg.dev/v1alpha1",
+        "kind": "ResourceWatch",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": body,
+    }
+
+
+def webhooktoken(name: str = "tok", generate: bool = False, grace: int = 0) -> dict[str, Any]:
+    spec = {"secretRef": {"name": f"{name}-secret"}, "generate": generate, "gracePeriodSeconds": grace}
+    return {
+        "apiVersion": "mcpg.dev/v1alpha1",
+        "kind": "WebhookToken",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": spec,
+    }
+
+
+async def run(kube: FakeKube, clock: Clock) -> reconcile.Outcome:
+    return await reconcile.reconcile(kube, NS, DEFAULTS, clock, token=lambda: GENERATED)
+
+
+async def settle(kube: FakeKube, clock: Clock) -> None:
+    """Reconcile, letting every rollout complete, until a pass has nothing left to write."""
+    for _ in range(10):
+        before = len(kube.writes)
+        outcome = await run(kube, clock)
+        if kube.deployment(NS) is not None:
+            kube.complete_rollout(NS)
+        if len(kube.writes) == before and not outcome.rerun:
+            return
+    raise AssertionError("the reconcile did not settle in 10 passes")
+
+
+def template_tokens(kube: FakeKube) -> set[str]:
+    """Every webhook token the configuration named by the Deployment's template accepts."""
+    config = kube.template_config(NS)
+    strategies = [r["watch"]["strategy"] for r in config["mcp"]["capabilities"]["resources"]]
+    return {t for s in strategies if s["type"] == "webhook" for t in [s["token"], *s["previous_tokens"]]}
+
+
+def state(kube: FakeKube, name: str = "tok") -> TokenState:
+    secret = kube.objects.get(f"/api/v1/namespaces/{NS}/secrets/{tokens.state_secret_name(name)}")
+    return tokens.parse_state(observed.decode(secret) if secret else None)
+
+
+def event_reasons(calls: list[Call]) -> list[str]:
+    return [str(c.body["reason"]) for c in calls if c.body and c.path.startswith(f"/api/v1/namespaces/{NS}/events/")]
+
+
+def index(calls: list[Call], method: str, path_end: str) -> int:
+    return next(i for i, c in enumerate(calls) if c.method == method and c.path.endswith(path_end))
+
+
+def ready(kube: FakeKube, plural: str, name: str) -> tuple[str, str]:
+    obj = kube.objects[f"/apis/mcpg.dev/v1alpha1/namespaces/{NS}/{plural}/{name}"]
+    cond = next(c for c in obj["status"]["conditions"] if c["type"] == "Ready")
+    return cond["status"], cond["reason"]
+
+
+async def rotated(kube: FakeKube, clock: Clock, grace: int = 0) -> None:
+    """A served webhook whose token `old` was accepted everywhere, then edited to `new` (not reconciled yet)."""
+    kube.put(webhooktoken(grace=grace))
+    kube.set_secret(NS, "tok-secret", token="old")
+    kube.put(resourcewatch())
+    await settle(kube, clock)
+    assert template_tokens(kube) == {"old"}
+    kube.set_secret(NS, "tok-secret", token="new")
+
+
+# --- retirement waits for the rollout ------------------------------------------------------------------------
+
+
+async def test_a_replaced_token_is_retired_only_after_the_rollout_carrying_its_replacement_completed(
+    kube: FakeKube, clock: Clock
+) -> None:
+    await rotated(kube, clock)
+    await run(kube, clock)
+    assert template_tokens(kube) == {"new", "old"}
+    for _ in range(5):  # however many passes run, and however long it takes
+        kube.stall_rollout(NS)
+        clock.now += 3600
+        await run(kube, clock)
+        assert template_tokens(kube) == {"new", "old"}
+        assert state(kube).tokens() == ["new", "old"]
+    kube.complete_rollout(NS)
+    await run(kube, clock)
+    assert template_tokens(kube) == {"new"}
+    assert state(kube) == TokenState(current="new", current_accepted_at=clock.now)
+
+
+async def test_a_grace_period_keeps_the_old_token_after_the_rollout_and_asks_to_be_woken_when_it_ends(
+    kube: FakeKube, clock: Clock
+) -> None:
+    await rotated(kube, clock, grace=60)
+    await run(kube, clock)
+    kube.complete_rollout(NS)
+    outcome = await run(kube, clock)
+    assert template_tokens(kube) == {"new", "old"}
+    assert outcome.next_check_s == 60
+    clock.now += 59
+    assert (await run(kube, clock)).next_check_s == 1
+    assert template_tokens(kube) == {"new", "old"}
+    clock.now += 1
+    await run(kube, clock)
+    assert template_tokens(kube) == {"new"}
+
+
+async def test_a_rollout_of_an_older_configuration_accepts_nothing(kube: FakeKube, clock: Clock) -> None:
+    await rotated(kube, clock)
+    deployment = kube.deployment(NS)
+    assert deployment is not None
+    await run(kube, clock)  # promotes: the template now names the configuration with both tokens
+    # The controller reports a complete rollout, but of the template as it was before (generation not observed).
+    deployment = kube.deployment(NS)
+    assert deployment is not None
+    deployment["status"]["observedGeneration"] = deployment["metadata"]["generation"] - 1
+    await run(kube, clock)
+    assert state(kube).current_accepted_at is None
+    assert template_tokens(kube) == {"new", "old"}
+
+
+async def test_a_token_rendered_for_a_watch_refused_for_its_auth_config_still_waits_for_the_rollout(
+    kube: FakeKube, clock: Clock
+) -> None:
+    # The watch is rendered (the gateway serves it, refusing every MCP client) though its verdict is not served.
+    await rotated(kube, clock)
+    kube.set_secret(NS, "mcpg-gateway-auth", **{"auth.yaml": BAD_AUTH})
+    await run(kube, clock)
+    assert ready(kube, "resourcewatches", "hook") == ("False", "InvalidAuthConfig")
+    assert template_tokens(kube) == {"new", "old"}
+    kube.stall_rollout(NS)
+    await run(kube, clock)
+    assert state(kube).tokens() == ["new", "old"]
+    assert template_tokens(kube) == {"new", "old"}
+
+
+async def test_a_token_no_rendered_watch_uses_is_retired_without_a_rollout(kube: FakeKube, clock: Clock) -> None:
+    kube.put(webhooktoken())
+    kube.set_secret(NS, "tok-secret", token="old")
+    kube.put(resourcewatch(token=None))  # a poll watch: no gateway pod needs the token
+    await settle(kube, clock)
+    kube.set_secret(NS, "tok-secret", token="new")
+    kube.writes.clear()
+    await run(kube, clock)
+    assert state(kube) == TokenState(current="new", current_accepted_at=clock.now)
+    # Events compare the state as read with the state decided: accepted before and after, nothing retiring before.
+    assert event_reasons(kube.writes) == ["TokenPromoted"]
+
+
+# --- the order of writes -------------------------------------------------------------------------------------
+
+
+async def test_rotation_state_is_written_before_the_deployment_changes(kube: FakeKube, clock: Clock) -> None:
+    await rotated(kube, clock)
+    state_secret = f"/secrets/{tokens.state_secret_name('tok')}"
+    for step in ("promote", "retire"):
+        kube.writes.clear()
+        await run(kube, clock)
+        deployment = index(kube.writes, "apply", f"/deployments/{objects.NAME}")
+        assert index(kube.writes, "apply", state_secret) < deployment, step
+        kube.complete_rollout(NS)
+
+
+async def test_a_configuration_secret_is_collected_only_once_no_replicaset_needs_it(
+    kube: FakeKube, clock: Clock
+) -> None:
+    kube.put(resourcewatch(token=None))
+    await settle(kube, clock)
+    deployment = kube.deployment(NS)
+    assert deployment is not None
+    first = _config_secret(deployment)
+    kube.put(resourcewatch(token=None, description="changed"))
+    await run(kube, clock)  # the template names a new configuration; no ReplicaSet runs it yet
+    assert _exists(kube, first)
+    kube.stall_rollout(NS)  # the new ReplicaSet starts; the old one still runs pods
+    await run(kube, clock)
+    kube.complete_rollout(NS)  # the old ReplicaSet is scaled to 0 but kept for rollback
+    await run(kube, clock)
+    assert _exists(kube, first)
+    kube.prune_replicasets(NS)
+    kube.writes.clear()
+    await run(kube, clock)
+    assert [c for c in kube.writes if c.method == "delete"] == [
+        Call("delete", f"/api/v1/namespaces/{NS}/secrets/{first}")
+    ]
+    assert _exists(kube, _config_secret(kube.deployment(NS) or {}))
+
+
+async def test_the_configuration_a_template_names_is_kept_while_its_replicaset_may_still_be_starting(
+    kube: FakeKube, clock: Clock
+) -> None:
+    kube.put(resourcewatch(token=None))
+    await settle(kube, clock)
+    kube.put(resourcewatch(token=None, description="second"))
+    await run(kube, clock)
+    second = _config_secret(kube.deployment(NS) or {})
+    kube.put(resourcewatch(token=None, description="third"))  # before the controller made a ReplicaSet for it
+    await run(kube, clock)
+    assert _exists(kube, second)
+    await run(kube, clock)  # the template no longer names it, and no ReplicaSet mounts it
+    assert not _exists(kube, second)
+
+
+def _config_secret(deployment: dict[str, Any]) -> str:
+    return objects.config_secret_name(
+        deployment["spec"]["template"]["metadata"]["annotations"][objects.HASH_ANNOTATION]
+    )
+
+
+def _exists(kube: FakeKube, secret: str) -> bool:
+    return f"/api/v1/namespaces/{NS}/secrets/{secret}" in kube.objects
+
+
+# --- Events and idempotence ----------------------------------------------------------------------------------
+
+
+async def test_events_are_posted_once_per_transition_however_many_passes_run(kube: FakeKube, clock: Clock) -> None:
+    kube.put(resourcewatch("polled", token=None, backend={"http": {"url": "http://u/", "headers": [_header()]}}))
+    await run(kube, clock)
+    await run(kube, clock)
+    assert event_reasons(kube.writes) == ["SecretNotFound"]
+    await rotated(kube, clock)
+    kube.writes.clear()
+    for _ in range(3):
+        await run(kube, clock)
+        kube.stall_rollout(NS)
+    for _ in range(3):
+        kube.complete_rollout(NS)
+        await run(kube, clock)
+    assert event_reasons(kube.writes) == ["TokenPromoted", "TokenAccepted", "TokenRetired"]
+
+
+def _header() -> dict[str, Any]:
+    return {"name": "Authorization", "secretKeyRef": {"name": "missing", "key": "token"}}
+
+
+async def test_a_second_pass_with_nothing_changed_writes_nothing_at_all(kube: FakeKube, clock: Clock) -> None:
+    kube.put(webhooktoken(grace=60))
+    kube.set_secret(NS, "tok-secret", token="old")
+    kube.put(resourcewatch())
+    kube.put(resourcewatch("polled", token=None))
+    await settle(kube, clock)
+    kube.writes.clear()
+    await run(kube, clock)
+    assert kube.writes == []
+
+
+@pytest.mark.parametrize("rollout", ["none", "stalled", "complete"])
+async def test_running_the_reconcile_twice_in_a_row_writes_nothing_the_second_time(
+    kube: FakeKube, clock: Clock, rollout: str
+) -> None:
+    await rotated(kube, clock, grace=30)  # mid-rotation, with every kind of object in play
+    kube.put(webhooktoken("gen", generate=True))
+    kube.put(resourcewatch("generated", token="gen"))
+    outcome = await run(kube, clock)
+    while outcome.rerun:
+        outcome = await run(kube, clock)
+    if rollout == "stalled":
+        kube.stall_rollout(NS)
+    elif rollout == "complete":
+        kube.complete_rollout(NS)
+    await run(kube, clock)
+    kube.writes.clear()
+    await run(kube, clock)
+    assert kube.writes == []
+
+
+# --- generated tokens ----------------------------------------------------------------------------------------
+
+
+async def test_a_generated_token_secret_is_created_by_the_write_phase_and_promoted_on_the_next_pass(
+    kube: FakeKube, clock: Clock
+) -> None:
+    kube.put(webhooktoken(generate=True))
+    kube.put(resourcewatch())
+    await read.read(kube, NS)
+    assert kube.writes == []  # reading never writes
+    outcome = await run(kube, clock)
+    assert outcome.rerun
+    # Only the Secret: no state (nothing promoted before it is read back), no gateway without it, no Warning.
+    assert [(c.method, c.path) for c in kube.writes] == [("create", f"/api/v1/namespaces/{NS}/secrets/tok-secret")]
+    assert kube.secret_value(NS, "tok-secret", "token") == GENERATED
+    outcome = await run(kube, clock)
+    assert not outcome.rerun
+    assert state(kube).current == GENERATED
+    assert template_tokens(kube) == {GENERATED}
+    assert "TokenPending" not in event_reasons(kube.writes)
+
+
+async def test_a_present_secret_is_never_overwritten_by_a_generated_one(kube: FakeKube, clock: Clock) -> None:
+    kube.put(webhooktoken(generate=True))
+    kube.set_secret(NS, "tok-secret", token="mine")
+    kube.put(resourcewatch())
+    outcome = await run(kube, clock)
+    assert not outcome.rerun
+    assert kube.secret_value(NS, "tok-secret", "token") == "mine"
+    assert state(kube).current == "mine"
+
+
+async def test_without_a_resourcewatch_no_gateway_is_applied_and_tokens_need_no_rollout(
+    kube: FakeKube, clock: Clock
+) -> None:
+    kube.put(webhooktoken())
+    kube.set_secret(NS, "tok-secret", token="old")
+    outcome = await run(kube, clock)
+    assert kube.deployment(NS) is None
+    assert outcome.config_hash is None
+    assert state(kube) == TokenState(current="old", current_accepted_at=clock.now)
+    assert ready(kube, "webhooktokens", "tok") == ("True", "RolledOut")
