@@ -12,28 +12,35 @@ export XDG_RUNTIME_DIR ?= /tmp
 
 .PHONY: help
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
-$(BIN)/.installed: pyproject.toml tests/plugins/mcpg_test_plugin/pyproject.toml
+$(BIN)/.installed: pyproject.toml tests/plugins/mcpg_test_plugin/pyproject.toml tests/support/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test]'
 	# A real watch-strategy plugin, installed as an entry point so the plugin tests load it as users' plugins load.
 	$(BIN)/pip install -q -e tests/plugins/mcpg_test_plugin
+	# The test and demo tooling (mcpg_testing): the control plane runner, the image environments, fixtures.
+	$(BIN)/pip install -q -e tests/support
 	touch $@
 
 .PHONY: venv
 venv: $(BIN)/.installed ## create .venv and install mcpg with every extra
+
+.PHONY: image-envs
+image-envs: venv ## .venv-operator and .venv-gateway, installed as each image installs mcpg (cached; seconds after an edit)
+	$(BIN)/python -m mcpg_testing.images operator gateway
 
 .PHONY: binaries
 binaries: ## build (once, then cached in $MCPG_CACHE/bin) the control plane, kubectl and helm
 	hack/build-control-plane.sh
 
 .PHONY: lint
-lint: venv ## ruff, formatting, mypy --strict, and the no-`operator`-package guard
+lint: venv ## ruff, formatting, mypy --strict, import-linter's layer contracts, and the no-`operator`-package guard
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	hack/check-no-operator-package.sh $(BIN)/python
 
 .PHONY: test-unit
@@ -41,18 +48,18 @@ test-unit: venv ## unit tier
 	$(BIN)/pytest tests/unit
 
 .PHONY: test-integration
-test-integration: venv binaries ## integration tier: real PostgreSQL, NATS, HTTP upstreams, the image installs and the benchmark smoke run
+test-integration: venv binaries image-envs ## integration tier: real PostgreSQL, NATS, HTTP upstreams, the image installs and the benchmark smoke run
 	$(BIN)/pytest tests/integration
 
 .PHONY: test-e2e
-test-e2e: venv binaries ## end-to-end tier on the local control plane
+test-e2e: venv binaries image-envs ## end-to-end tier on the local control plane
 	$(BIN)/pytest tests/e2e
 
 .PHONY: test
 test: lint test-unit test-integration test-e2e ## every tier, exactly what CI runs
 
 .PHONY: bench
-bench: venv binaries ## benchmarks, each figure a ratio to a same-run reference; writes bench/results.json and docs/benchmarks.md
+bench: venv binaries image-envs ## benchmarks, each figure a ratio to a same-run reference; writes bench/results.json and docs/benchmarks.md
 	$(BIN)/python bench/run.py
 
 .PHONY: cluster-up
@@ -64,5 +71,5 @@ cluster-down: venv ## stop everything cluster-up started
 	$(BIN)/python hack/controlplane.py down --state .cluster
 
 .PHONY: demo
-demo: venv binaries ## the product end to end on the local control plane
+demo: venv binaries image-envs ## the product end to end on the local control plane
 	$(BIN)/python hack/demo.py

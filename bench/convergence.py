@@ -1,4 +1,5 @@
-"""Scenarios 5 and 6 on the local control plane (hack/controlplane.py), with the operator run as tests/e2e runs it.
+"""Scenarios 5 and 6 on the local control plane (`mcpg_testing.controlplane`), with the operator run as tests/e2e
+runs it: from the operator image's environment, as the chart's ServiceAccount.
 
 5. N ResourceWatches across M namespaces applied at once: time until every one is Ready (reason Served: in its
    namespace's rendered configuration, and the rollout carrying it complete), each namespace's rendered config
@@ -15,38 +16,26 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
-import importlib.util
 import json
-import os
 import secrets
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import httpx2
 import procs
 import yaml
 
+from mcpg_testing import installation
+from mcpg_testing.controlplane import ControlPlane
+from mcpg_testing.programs import OperatorProcess
+
 ROOT = procs.HERE.parent
-OPERATOR_NAMESPACE = "mcpg-system"
 BOUND_S = 180.0
-
-
-def load_controlplane() -> ModuleType:
-    name = "mcpg_hack_controlplane"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "hack" / "controlplane.py")
-        assert spec is not None
-        assert spec.loader is not None
-        sys.modules[name] = module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+StartOperator = Callable[[], OperatorProcess]
 
 
 class Api:
@@ -65,59 +54,28 @@ class Api:
 
 
 @contextlib.contextmanager
-def cluster(workdir: Path, watch_namespaces: list[str]) -> Iterator[tuple[Any, Api, Path]]:
-    """A control plane with the CRDs, the chart's RBAC and the operator (3 gateway replicas) running."""
-    cp = load_controlplane()
-    plane = cp.ControlPlane(Path(tempfile.mkdtemp(dir=workdir, prefix="plane-")), die_with_parent=True)
-    plane.start()
-    operator: subprocess.Popen[bytes] | None = None
-    try:
-        plane.kubectl("apply", "-f", str(ROOT / "crds"))
-        names = ["crd/resourcewatches.mcpg.dev", "crd/webhooktokens.mcpg.dev"]
-        plane.kubectl("wait", "--for=condition=Established", *names, "--timeout=60s")
-        apply_chart_rbac(plane)
+def cluster(workdir: Path, watch_namespaces: list[str]) -> Iterator[tuple[ControlPlane, Api, StartOperator]]:
+    """A control plane with the CRDs and the chart's RBAC; the operator (3 gateway replicas) starts on demand."""
+    operator_env = procs.operator_env()
+    settings = {
+        "MCPG_GATEWAY_IMAGE": "mcpg/gateway:bench",
+        "MCPG_GATEWAY_REPLICAS": "3",
+        "MCPG_WATCH_NAMESPACES": ",".join(watch_namespaces),
+    }
+    plane_dir = Path(tempfile.mkdtemp(dir=workdir, prefix="plane-"))
+    with ControlPlane(plane_dir, die_with_parent=True) as plane, contextlib.ExitStack() as running:
+        installation.install_crds(plane)
+        installation.install_chart_rbac(plane)
         for ns in watch_namespaces:
             plane.kubectl("create", "namespace", ns)
-        log = workdir / "operator.log"
-        env = {
-            **os.environ,
-            "KUBECONFIG": str(plane.operator_kubeconfig),
-            "MCPG_GATEWAY_IMAGE": "mcpg/gateway:bench",
-            "MCPG_GATEWAY_REPLICAS": "3",
-            "MCPG_WATCH_NAMESPACES": ",".join(watch_namespaces),
-        }
-        api = Api(plane.kubeconfig)
 
-        def start_operator() -> subprocess.Popen[bytes]:
-            nonlocal operator
-            with log.open("a") as out:
-                operator = subprocess.Popen(
-                    [procs.PY, "-m", "mcpg_operator"], env=env, stdout=out, stderr=subprocess.STDOUT
-                )
+        def start_operator() -> OperatorProcess:
+            """Started and live (kopf's liveness endpoint answers); stopped when the cluster goes."""
+            operator = OperatorProcess(operator_env, plane.operator_kubeconfig, workdir / "operator.log", settings)
+            running.enter_context(operator).wait_ready()
             return operator
 
-        yield plane, api, start_operator  # type: ignore[misc]
-    finally:
-        if operator is not None:
-            operator.terminate()
-            try:
-                operator.wait(15)
-            except subprocess.TimeoutExpired:
-                operator.kill()
-                operator.wait()
-        plane.stop()
-
-
-def apply_chart_rbac(plane: Any) -> None:
-    helm = str(plane.binary("helm"))
-    chart = str(ROOT / "charts" / "mcpg")
-    rendered = subprocess.run(
-        [helm, "template", "mcpg", chart, "--namespace", OPERATOR_NAMESPACE], capture_output=True, text=True, check=True
-    ).stdout
-    wanted = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding"}
-    docs = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] in wanted]
-    plane.kubectl("create", "namespace", OPERATOR_NAMESPACE, check=False)
-    plane.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(docs))
+        yield plane, Api(plane.kubeconfig), start_operator
 
 
 def watches(namespaces: list[str], per_ns: int) -> str:
@@ -163,7 +121,9 @@ def poll_until(check: Any, bound_s: float, what: str) -> float:
     raise TimeoutError(f"{what} not reached within {bound_s}s")
 
 
-def run_convergence(plane: Any, api: Api, start_operator: Any, namespaces: int, per_ns: int) -> dict[str, Any]:
+def run_convergence(
+    plane: ControlPlane, api: Api, start_operator: StartOperator, namespaces: int, per_ns: int
+) -> dict[str, Any]:
     ref_ns = [f"ref-{i}" for i in range(namespaces)]
     bench_ns = [f"bench-{i}" for i in range(namespaces)]
     for ns in ref_ns:
@@ -171,8 +131,8 @@ def run_convergence(plane: Any, api: Api, start_operator: Any, namespaces: int, 
     t0 = time.monotonic()
     plane.kubectl("apply", "-f", "-", stdin=watches(ref_ns, per_ns))
     reference = time.monotonic() - t0
-    start_operator()
-    time.sleep(3.0)  # the operator connects and lists (empty namespaces) before the clock starts
+    start_operator()  # live: kopf has started
+    time.sleep(3.0)  # its watch streams connect and list (empty namespaces) before the clock starts
     t0 = time.monotonic()
     plane.kubectl("apply", "-f", "-", stdin=watches(bench_ns, per_ns))
     applied = time.monotonic() - t0
@@ -193,7 +153,7 @@ def digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()[:12]
 
 
-def rotation_reference(plane: Any, ns: str, reps: int) -> list[float]:
+def rotation_reference(plane: ControlPlane, ns: str, reps: int) -> list[float]:
     dep = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -219,7 +179,7 @@ def rotation_reference(plane: Any, ns: str, reps: int) -> list[float]:
     return out
 
 
-def run_rotation(plane: Any, api: Api, ns: str, reps: int) -> dict[str, Any]:
+def run_rotation(plane: ControlPlane, api: Api, ns: str, reps: int) -> dict[str, Any]:
     manifests = ROOT / "examples" / "manifests"
     text = (manifests / "webhooktoken.yaml").read_text() + "\n---\n" + (manifests / "webhook.yaml").read_text()
     plane.kubectl("-n", ns, "apply", "-f", "-", stdin=text)

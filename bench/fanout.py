@@ -107,9 +107,7 @@ def gateway_target(workdir: Path, uris: int, cpu: int | None = None) -> tuple[pr
 
 def reference_target(cpu: int | None = None) -> tuple[procs.Proc, Target]:
     port = procs.free_port()
-    proc = procs.Proc(
-        procs.pinned([procs.PY, str(procs.HERE / "refserver.py"), str(port)], cpu), stderr=subprocess.DEVNULL
-    )
+    proc = procs.reference([str(procs.HERE / "refserver.py"), str(port)], cpu, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     procs.wait_http(f"{base}/healthz")
     return proc, Target("reference", f"{base}/mcp", lambda n: f"{base}/notify?uri=bench://doc/{n}", proc.pid)

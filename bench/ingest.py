@@ -54,7 +54,7 @@ def load(url: str, seconds: float, workdir: Path) -> tuple[float, str]:
 def run(workdir: Path, seconds: float) -> dict[str, Any]:
     out: dict[str, Any] = {}
     port = procs.free_port()
-    bare = procs.Proc(procs.pinned([procs.PY, "-c", BARE_APP, str(port)], SERVER_CPU), stderr=subprocess.DEVNULL)
+    bare = procs.reference(["-c", BARE_APP, str(port)], SERVER_CPU, stderr=subprocess.DEVNULL)
     try:
         procs.wait_http(f"http://127.0.0.1:{port}/")
         load(f"http://127.0.0.1:{port}/webhooks/resource-updated/x", 1, workdir)  # warm-up

@@ -108,7 +108,7 @@ def run(workdir: Path, uris: int, warmup_s: float, window_s: float, together: bo
     result: dict[str, Any] = {"uris": uris, "interval_s": INTERVAL_MS / 1000}
     try:
         procs.wait_http(f"{upstream}/_hits")
-        ref = procs.Proc([procs.PY, "-c", BARE_LOOP, upstream, str(uris)])
+        ref = procs.reference(["-c", BARE_LOOP, upstream, str(uris)])
         try:
             ref.expect("READY", 30)
             if together:

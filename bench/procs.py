@@ -2,6 +2,8 @@
 
 Everything binds 127.0.0.1. CPU time and RSS come from /proc (no extra dependency); `taskset` pins a process
 to one CPU where a scenario asks for it. Every wait is bounded, and `Proc.stop` always reaps what it started.
+The gateway runs from the gateway image's environment (`mcpg_testing.images`), never the dev venv, and so do
+the references written on the gateway's own stack (`reference`): a ratio then compares code, not installs.
 """
 
 from __future__ import annotations
@@ -13,15 +15,28 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from mcpg_testing import images
+from mcpg_testing.images import ImageEnv
+
 HERE = Path(__file__).parent
-PY = sys.executable
+PY = sys.executable  # the dev venv: clients, load generators and stand-in upstreams only, never the product
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def gateway_env() -> ImageEnv:
+    """The gateway image's environment, built or refreshed if the sources changed (a no-op check otherwise)."""
+    return images.ensure("gateway")
+
+
+def operator_env() -> ImageEnv:
+    """The operator image's environment, likewise."""
+    return images.ensure("operator")
 
 
 def free_port() -> int:
@@ -67,8 +82,9 @@ class Proc:
     """A child process whose stdout is read line by line (`READY ...`, results)."""
 
     def __init__(
-        self, argv: list[str], env: dict[str, str] | None = None, stdout: Any = subprocess.PIPE, stderr: Any = None
+        self, argv: list[str], env: Mapping[str, str] | None = None, stdout: Any = subprocess.PIPE, stderr: Any = None
     ) -> None:
+        """`env`: the child's whole environment (default: this process's)."""
         self.argv = argv
         self.p = subprocess.Popen(
             argv,
@@ -76,7 +92,7 @@ class Proc:
             stdin=subprocess.PIPE,
             stderr=stderr,
             text=True,
-            env={**os.environ, **(env or {})},
+            env=None if env is None else dict(env),
             bufsize=1,
         )
 
@@ -128,18 +144,26 @@ def started(*procs: Proc) -> Iterator[None]:
             proc.stop()
 
 
+def reference(args: list[str], cpu: int | None = None, stderr: Any = None) -> Proc:
+    """`python ARGS` from the gateway image's environment, for a reference built on the gateway's own stack (the MCP
+    SDK, uvicorn, aiohttp): the same library versions as the gateway it is compared with."""
+    env = gateway_env()
+    return Proc(pinned(env.command("python", *args), cpu), env=env.environ(), stderr=stderr)
+
+
 class Gateway:
-    """`mcpg-gateway` as a process on loopback ports, from a configuration dict."""
+    """`mcpg-gateway` from the gateway image's environment, on loopback ports, from a configuration dict."""
 
     def __init__(self, config: dict[str, Any], workdir: Path, cpu: int | None = None) -> None:
         self.port, self.admin_port = free_port(), free_port()
         path = workdir / f"gateway-{self.port}.yaml"
         path.write_text(yaml.safe_dump(config))
-        argv = [PY, "-m", "mcpg_gateway", "--config", str(path), "--host", "127.0.0.1"]
+        env = gateway_env()
+        argv = env.command("mcpg-gateway", "--config", str(path), "--host", "127.0.0.1")
         argv += ["--port", str(self.port), "--admin-port", str(self.admin_port)]
         self.log = workdir / f"gateway-{self.port}.log"
         with self.log.open("w") as log:
-            self.proc = Proc(pinned(argv, cpu), stdout=subprocess.DEVNULL, stderr=log)
+            self.proc = Proc(pinned(argv, cpu), env=env.environ(), stdout=subprocess.DEVNULL, stderr=log)
         wait_http(f"{self.base}/healthz")
 
     @property

@@ -149,8 +149,8 @@ async def sdk_session(
     from mcp.client import Client
     from mcp.client.streamable_http import streamable_http_client
 
-    async def on_message(msg: Any) -> None:
-        if isinstance(msg, types.ResourceUpdatedNotification):
+    async def on_message(message: Any) -> None:  # named as the SDK's MessageHandlerFnT protocol names it
+        if isinstance(message, types.ResourceUpdatedNotification):
             tally.received(idx)
 
     if mode == "legacy":

@@ -4,6 +4,9 @@ Control plane up, CRDs and the chart's RBAC installed, the operator running unde
 and two ResourceWatches (webhook and poll) applied, a gateway process started on the configuration the operator
 rendered, an MCP client subscribed, a webhook posted and a poll change made, then a token rotated by editing its
 Secret with the old and new tokens tried against each stage's configuration.
+
+The operator, the gateway and `mcpg-subscribe` run from their images' environments (`.venv-operator`,
+`.venv-gateway`: `mcpg_testing.images`), so the demo shows what the images ship, not the dev venv.
 """
 
 from __future__ import annotations
@@ -14,23 +17,25 @@ import hashlib
 import json
 import logging
 import os
-import queue
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx2
 import yaml
-from controlplane import ControlPlane, ControlPlaneError, free_ports
 
-ROOT = Path(__file__).resolve().parents[1]
+from mcpg_testing import images, installation
+from mcpg_testing.controlplane import ControlPlane, ControlPlaneError
+from mcpg_testing.images import ImageEnv, ImageEnvError
+from mcpg_testing.processes import free_ports
+from mcpg_testing.programs import OperatorProcess, Program, ProgramError, gateway
+
+ROOT = images.REPO
 STATE = ROOT / ".cluster"
 NS = "demo"
-PY = sys.executable
 
 
 def say(text: str) -> None:
@@ -45,66 +50,20 @@ def show(plane: ControlPlane, *args: str, stdin: str | None = None) -> str:
     return out
 
 
-class Lines:
-    """A child process whose output lines can be awaited with a bound."""
+@dataclass(frozen=True, slots=True)
+class Images:
+    """Where each shipped program runs from."""
 
-    def __init__(self, argv: list[str], env: dict[str, str] | None = None) -> None:
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)  # noqa: S603
-        self.lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=self._pump, daemon=True).start()
-
-    def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line.rstrip())
-
-    def wait_for(self, text: str, timeout: float) -> str:
-        deadline, seen = time.monotonic() + timeout, []
-        while (left := deadline - time.monotonic()) > 0:
-            try:
-                line = self.lines.get(timeout=left)
-            except queue.Empty:
-                break
-            if text in line:
-                return line
-            seen.append(line)
-        said = "\n      ".join(seen[-15:]) or "(nothing)"
-        raise ControlPlaneError(f"waited {timeout:.0f}s for {text!r} from {self.proc.args!r}; it said:\n      {said}")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
-
-
-@contextlib.contextmanager
-def running(argv: list[str], env: dict[str, str] | None = None) -> Iterator[Lines]:
-    lines = Lines(argv, env)
-    try:
-        yield lines
-    finally:
-        lines.stop()
+    operator: ImageEnv
+    gateway: ImageEnv
 
 
 def install(plane: ControlPlane) -> None:
     say("Installing the CRDs and the Helm chart's RBAC (helm template | kubectl apply).")
-    show(plane, "apply", "-f", str(ROOT / "crds"))
-    plane.kubectl("wait", "--for=condition=Established", "crd/resourcewatches.mcpg.dev", "crd/webhooktokens.mcpg.dev")
-    rendered = subprocess.run(  # noqa: S603 - our helm, our chart
-        [str(plane.binary("helm")), "template", "mcpg", str(ROOT / "charts/mcpg"), "--namespace", "mcpg-system"],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
-    docs = [
-        d
-        for d in yaml.safe_load_all(rendered)
-        if d and d["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")
-    ]
-    plane.kubectl("create", "namespace", "mcpg-system", check=False)
-    show(plane, "apply", "-f", "-", stdin=yaml.safe_dump_all(docs))
+    show(plane, "apply", "-f", str(installation.CRDS))
+    plane.kubectl("wait", "--for=condition=Established", *installation.CRD_NAMES)
+    print("$ helm template mcpg charts/mcpg | kubectl apply -f -   # its ServiceAccount, ClusterRole and binding")
+    print(installation.install_chart_rbac(plane).rstrip(), flush=True)
 
 
 def watches(upstream_port: int) -> str:
@@ -149,7 +108,7 @@ def auth_secret(client_token: str) -> str:
 def rendered_configs(plane: ControlPlane) -> list[tuple[int, bytes]]:
     """Each ReplicaSet's configuration, oldest revision first."""
     rs = json.loads(plane.kubectl("-n", NS, "get", "replicasets", "-o", "json").stdout)["items"]
-    out = []
+    out: list[tuple[int, bytes]] = []
     for item in rs:
         revision = int(item["metadata"]["annotations"]["deployment.kubernetes.io/revision"])
         [vol] = [v for v in item["spec"]["template"]["spec"]["volumes"] if v["name"] == "config"]
@@ -171,39 +130,35 @@ def token(plane: ControlPlane) -> str:
 
 
 @contextlib.contextmanager
-def gateway(config: bytes, workdir: Path) -> Iterator[str]:
+def serving(image: ImageEnv, config: bytes, workdir: Path) -> Iterator[str]:
+    """A gateway from its image env on `config`; yields its base URL."""
     path = workdir / f"gateway-{time.monotonic_ns()}.yaml"
     path.write_bytes(config)
-    argv = [PY, "-m", "mcpg_gateway", "--config", str(path), "--host", "127.0.0.1", "--port", "0", "--admin-port", "0"]
-    with running(argv) as gw:
-        line = gw.wait_for("serving MCP on", 30)
-        yield "http://" + line.split("serving MCP on ")[1].split(",")[0]
+    with gateway(image, path) as gw:
+        yield gw.base
 
 
 def post(base: str, tok: str) -> int:
     return httpx2.post(f"{base}/webhooks/resource-updated/{tok}", timeout=10).status_code
 
 
-def demo(plane: ControlPlane, work: Path) -> None:
+def demo(plane: ControlPlane, envs: Images, work: Path) -> None:
     install(plane)
     say("Starting the operator as the chart's ServiceAccount (exactly the RBAC the chart grants).")
-    env = {
-        **os.environ,
-        "KUBECONFIG": str(plane.operator_kubeconfig),
-        "MCPG_RESYNC_SECONDS": "5",
-        "MCPG_GATEWAY_REPLICAS": "2",
-    }
+    settings = {"MCPG_RESYNC_SECONDS": "5", "MCPG_GATEWAY_REPLICAS": "2"}
+    print(f"    {envs.operator.bin_dir / 'mcpg-operator'}   (the operator image's install)", flush=True)
     with contextlib.ExitStack() as stack:
-        operator = stack.enter_context(running([PY, "-m", "mcpg_operator"], env))
+        operator = OperatorProcess(envs.operator, plane.operator_kubeconfig, work / "operator.log", settings)
+        stack.enter_context(operator).wait_ready()
         plane.kubectl("create", "namespace", NS, check=False)
         site = work / "site"
         site.mkdir()
         (site / "report.json").write_text('{"report": "daily", "rows": 42}\n')
         (site / "status.json").write_text('{"status": "green"}\n')
         [port] = free_ports(1)
-        stack.enter_context(
-            running([PY, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(site)])
-        )
+        # The upstream is a stand-in for the user's service, not mcpg: the dev venv's interpreter runs it.
+        upstream = [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(site)]
+        stack.enter_context(Program(upstream, os.environ))
         client_token = base64.urlsafe_b64encode(os.urandom(24)).decode()
         say(
             "Who may use the gateway: one principal, kept as the SHA-256 of its bearer token "
@@ -233,11 +188,11 @@ def demo(plane: ControlPlane, work: Path) -> None:
             "kwok runs no containers, so a real gateway process starts on the exact configuration "
             "the operator rendered."
         )
-        base = stack.enter_context(gateway(current_config(plane), work))
+        base = stack.enter_context(serving(envs.gateway, current_config(plane), work))
         print(f"    gateway at {base}", flush=True)
         say("An MCP client subscribes to both resources (protocol 2026-07-28, subscriptions/listen):")
-        argv = [PY, "-m", "mcpg_gateway.subscribe_cli", f"{base}/mcp", "report://daily", "status://service"]
-        client = stack.enter_context(running([*argv, "--token", client_token]))
+        argv = envs.gateway.command("mcpg-subscribe", f"{base}/mcp", "report://daily", "status://service")
+        client = stack.enter_context(Program([*argv, "--token", client_token], envs.gateway.environ()))
         print("    " + client.wait_for("listening", 30), flush=True)
         tok = token(plane)
         say("The report's upstream posts the webhook, with the token the operator generated:")
@@ -246,11 +201,10 @@ def demo(plane: ControlPlane, work: Path) -> None:
         say("The status changes upstream; the poll (every 10 s, the floor) notices the new SHA-256:")
         (site / "status.json").write_text('{"status": "amber"}\n')
         print("    client: " + client.wait_for("status://service", 25), flush=True)
-        rotate(plane, tok, work)
-    operator.stop()
+        rotate(plane, envs.gateway, tok, work)
 
 
-def rotate(plane: ControlPlane, old: str, work: Path) -> None:
+def rotate(plane: ControlPlane, image: ImageEnv, old: str, work: Path) -> None:
     say("Rotating the token by editing its Secret:")
     new = base64.urlsafe_b64encode(os.urandom(32)).decode().rstrip("=")
     patch = json.dumps({"stringData": {"token": new}})
@@ -268,7 +222,7 @@ def rotate(plane: ControlPlane, old: str, work: Path) -> None:
     show(plane, "-n", NS, "get", "events", "--field-selector", "involvedObject.kind=WebhookToken", "-o", columns)
     say("Each stage's exact configuration (one per ReplicaSet), served by a real gateway; both tokens tried:")
     for revision, config in rendered_configs(plane):
-        with gateway(config, work) as base:
+        with serving(image, config, work) as base:
             old_status, new_status = post(base, old), post(base, new)
             print(
                 f"    revision {revision}: old token -> HTTP {old_status}, new token -> HTTP {new_status}", flush=True
@@ -280,6 +234,11 @@ def main() -> int:
     logging.getLogger("httpx2").setLevel(logging.WARNING)  # its request log would print webhook tokens
     started = time.monotonic()
     plane = ControlPlane(STATE)
+    try:
+        envs = Images(images.ensure("operator"), images.ensure("gateway"))  # no-ops after `make image-envs`
+    except ImageEnvError as e:
+        print(f"\ndemo failed: {e}", file=sys.stderr)
+        return 1
     reuse = plane.is_running()
     if reuse:
         say(f"Using the control plane already running in {STATE} (make cluster-up); it stays up afterwards.")
@@ -289,8 +248,8 @@ def main() -> int:
             print("    and kwok, which plays the kubelet of one fake node. No Docker, no VM.", flush=True)
             plane.start()
         with tempfile.TemporaryDirectory(prefix="mcpg-demo-") as tmp:
-            demo(plane, Path(tmp))
-    except ControlPlaneError as e:
+            demo(plane, envs, Path(tmp))
+    except (ControlPlaneError, ProgramError) as e:
         print(f"\ndemo failed: {e}", file=sys.stderr)
         return 1
     finally:

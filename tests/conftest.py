@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
+
 from mcpg_testing import clock as clocks
 from mcpg_testing import gateways
 from mcpg_testing import upstream as upstreams

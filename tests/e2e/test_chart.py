@@ -10,26 +10,28 @@ from typing import Any
 import pytest
 import yaml
 
+from mcpg_testing.controlplane import ControlPlane
+
 CHART = Path(__file__).parents[2] / "charts" / "mcpg"
 
 
-def helm(plane: Any, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+def helm(plane: ControlPlane, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     argv = [str(plane.binary("helm")), "--kubeconfig", str(plane.kubeconfig), *args]
     return subprocess.run(argv, capture_output=True, text=True, check=check, timeout=180)
 
 
-def test_the_chart_lints_clean(control_plane: Any) -> None:
+def test_the_chart_lints_clean(control_plane: ControlPlane) -> None:
     result = helm(control_plane, "lint", str(CHART), "--strict")
     assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout
 
 
-def test_a_typo_in_values_fails_with_a_message_naming_it(control_plane: Any) -> None:
+def test_a_typo_in_values_fails_with_a_message_naming_it(control_plane: ControlPlane) -> None:
     result = helm(control_plane, "template", "t", str(CHART), "--set", "gateway.replica=2", check=False)
     assert result.returncode != 0
     assert "additional properties 'replica' not allowed" in result.stderr
 
 
-def test_watching_a_list_of_namespaces_binds_the_role_in_each_and_nowhere_else(control_plane: Any) -> None:
+def test_watching_a_list_of_namespaces_binds_the_role_in_each_and_nowhere_else(control_plane: ControlPlane) -> None:
     out = helm(control_plane, "template", "t", str(CHART), "--set", "watchNamespaces={shop,mail}").stdout
     docs = [d for d in yaml.safe_load_all(out) if d]
     bindings = [d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")]
@@ -42,7 +44,9 @@ def test_watching_a_list_of_namespaces_binds_the_role_in_each_and_nowhere_else(c
     assert env["MCPG_WATCH_NAMESPACES"] == "shop,mail"
 
 
-def test_helm_install_creates_every_object_and_uninstall_removes_them(control_plane: Any, namespace: str) -> None:
+def test_helm_install_creates_every_object_and_uninstall_removes_them(
+    control_plane: ControlPlane, namespace: str
+) -> None:
     release = "chart-e2e"
     helm(control_plane, "install", release, str(CHART), "--namespace", namespace, "--wait=false")
     expected = {
@@ -71,7 +75,7 @@ def test_helm_install_creates_every_object_and_uninstall_removes_them(control_pl
     "values", [{}, {"watchNamespaces": ["a"], "gateway": {"service": {"type": "NodePort", "httpNodePort": 30080}}}]
 )
 def test_every_rendered_object_passes_server_side_validation(
-    control_plane: Any, namespace: str, values: dict[str, Any], tmp_path: Path
+    control_plane: ControlPlane, namespace: str, values: dict[str, Any], tmp_path: Path
 ) -> None:
     path = tmp_path / "values.yaml"
     path.write_text(yaml.safe_dump(values))

@@ -1,11 +1,14 @@
 """The local control plane is a real one: CRDs, controllers, scheduler, fake kubelet, GC and RBAC work."""
 
 import json
+import subprocess
 from collections.abc import Iterator
-from types import ModuleType
 from typing import Any
 
 import pytest
+
+from mcpg_testing.controlplane import ControlPlane
+from mcpg_testing.processes import wait_until
 
 CRD = """
 apiVersion: apiextensions.k8s.io/v1
@@ -48,19 +51,19 @@ def widget(name: str, size: int) -> str:
     return f"apiVersion: e2e.mcpg.test/v1\nkind: Widget\nmetadata: {{name: {name}}}\nspec: {{size: {size}}}\n"
 
 
-def get_json(plane: Any, *args: str) -> Any:
+def get_json(plane: ControlPlane, *args: str) -> Any:
     return json.loads(plane.kubectl("get", *args, "-o", "json").stdout)
 
 
 @pytest.fixture
-def widget_crd(control_plane: Any) -> Iterator[str]:
+def widget_crd(control_plane: ControlPlane) -> Iterator[str]:
     control_plane.kubectl("apply", "-f", "-", stdin=CRD)
     yield "widgets.e2e.mcpg.test"
     control_plane.kubectl("delete", "crd", "widgets.e2e.mcpg.test", "--wait=false")
 
 
 def test_custom_resources_are_served_and_validated_once_the_crd_is_established(
-    control_plane: Any, namespace: str, widget_crd: str
+    control_plane: ControlPlane, namespace: str, widget_crd: str
 ) -> None:
     control_plane.kubectl("wait", "--for=condition=Established", f"crd/{widget_crd}", "--timeout=60s")
 
@@ -73,7 +76,7 @@ def test_custom_resources_are_served_and_validated_once_the_crd_is_established(
 
 
 def test_deployment_rolls_out_to_ready_pods_and_rolls_out_again_after_a_template_change(
-    control_plane: Any, namespace: str
+    control_plane: ControlPlane, namespace: str
 ) -> None:
     ns = ("-n", namespace)
     control_plane.kubectl("apply", *ns, "-f", "-", stdin=DEPLOYMENT)
@@ -96,7 +99,9 @@ def test_deployment_rolls_out_to_ready_pods_and_rolls_out_again_after_a_template
     assert all(p["status"]["phase"] == "Running" for p in current)
 
 
-def test_garbage_collector_deletes_the_dependent_of_a_deleted_owner(control_plane: Any, namespace: str) -> None:
+def test_garbage_collector_deletes_the_dependent_of_a_deleted_owner(
+    control_plane: ControlPlane, namespace: str
+) -> None:
     ns = ("-n", namespace)
     owner = json.loads(control_plane.kubectl("create", "configmap", "owner", *ns, "-o", "json").stdout)
     reference = {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner["metadata"]["uid"]}
@@ -112,7 +117,7 @@ def test_garbage_collector_deletes_the_dependent_of_a_deleted_owner(control_plan
     control_plane.kubectl("wait", "--for=delete", "configmap/dependent", *ns, "--timeout=60s")
 
 
-def test_operator_token_authenticates_as_the_charts_service_account(control_plane: Any) -> None:
+def test_operator_token_authenticates_as_the_charts_service_account(control_plane: ControlPlane) -> None:
     whoami = control_plane.kubectl("auth", "whoami", "-o", "json", kubeconfig=control_plane.operator_kubeconfig)
     review = json.loads(whoami.stdout)
 
@@ -126,9 +131,9 @@ def test_operator_token_authenticates_as_the_charts_service_account(control_plan
 
 
 def test_operator_is_forbidden_until_a_role_binding_grants_it_access(
-    control_plane: Any, controlplane: ModuleType, namespace: str
+    control_plane: ControlPlane, namespace: str
 ) -> None:
-    def as_operator(*args: str) -> Any:
+    def as_operator(*args: str) -> subprocess.CompletedProcess[str]:
         kubeconfig = control_plane.operator_kubeconfig
         return control_plane.kubectl(*args, "-n", namespace, kubeconfig=kubeconfig, check=False)
 
@@ -139,7 +144,7 @@ def test_operator_is_forbidden_until_a_role_binding_grants_it_access(
     control_plane.kubectl("create", "role", "reader", "--verb=get,list", "--resource=configmaps", *ns)
     sa = "--serviceaccount=mcpg-system:mcpg-operator"
     control_plane.kubectl("create", "rolebinding", "reader", "--role=reader", sa, *ns)
-    controlplane.wait_until(
+    wait_until(
         lambda: as_operator("auth", "can-i", "list", "configmaps").stdout.strip() == "yes",
         30,
         "the RoleBinding to take effect",

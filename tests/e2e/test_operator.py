@@ -7,7 +7,6 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,23 +17,27 @@ import httpx2
 import pytest
 import yaml
 
+from mcpg_testing import programs
+from mcpg_testing.controlplane import ControlPlane
+from mcpg_testing.images import ImageEnv
+
 ROOT = Path(__file__).parents[2]
 MANIFESTS = ROOT / "examples" / "manifests"
 BOUND = "90s"
 
 
 def apply(
-    plane: Any, namespace: str, *docs: dict[str, Any] | Path, check: bool = True
+    plane: ControlPlane, namespace: str, *docs: dict[str, Any] | Path, check: bool = True
 ) -> subprocess.CompletedProcess[str]:
     text = "\n---\n".join(d.read_text() if isinstance(d, Path) else yaml.safe_dump(d) for d in docs)
     return plane.kubectl("-n", namespace, "apply", "-f", "-", stdin=text, check=check)
 
 
-def get(plane: Any, namespace: str, *what: str) -> Any:
+def get(plane: ControlPlane, namespace: str, *what: str) -> Any:
     return json.loads(plane.kubectl("-n", namespace, "get", *what, "-o", "json").stdout)
 
 
-def wait(plane: Any, namespace: str, *args: str) -> None:
+def wait(plane: ControlPlane, namespace: str, *args: str) -> None:
     plane.kubectl("-n", namespace, "wait", *args, f"--timeout={BOUND}")
 
 
@@ -42,11 +45,12 @@ def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
     return next(c for c in obj["status"]["conditions"] if c["type"] == type_)
 
 
-def rendered_config(plane: Any, namespace: str) -> dict[str, Any]:
+def rendered_config(plane: ControlPlane, namespace: str) -> dict[str, Any]:
     dep = get(plane, namespace, "deployment", "mcpg-gateway")
     [volume] = [v for v in dep["spec"]["template"]["spec"]["volumes"] if v["name"] == "config"]
     secret = get(plane, namespace, "secret", volume["secret"]["secretName"])
-    return yaml.safe_load(base64.b64decode(secret["data"]["gateway.yaml"]))
+    config: dict[str, Any] = yaml.safe_load(base64.b64decode(secret["data"]["gateway.yaml"]))
+    return config
 
 
 def google_secret() -> dict[str, Any]:
@@ -58,7 +62,9 @@ def google_secret() -> dict[str, Any]:
     }
 
 
-def test_the_guides_examples_become_a_ready_gateway(control_plane: Any, operator: Path, namespace: str) -> None:
+def test_the_guides_examples_become_a_ready_gateway(
+    control_plane: ControlPlane, operator: Path, namespace: str
+) -> None:
     apply(
         control_plane,
         namespace,
@@ -96,7 +102,7 @@ def test_the_guides_examples_become_a_ready_gateway(control_plane: Any, operator
 
 
 def test_the_namespace_auth_secret_becomes_the_gateways_auth_and_no_token_is_rendered(
-    control_plane: Any, operator: Path, namespace: str
+    control_plane: ControlPlane, operator: Path, namespace: str
 ) -> None:
     client_token = "e2e-client-" + os.urandom(8).hex()
     digest = hashlib.sha256(client_token.encode()).hexdigest()
@@ -125,7 +131,7 @@ def test_the_namespace_auth_secret_becomes_the_gateways_auth_and_no_token_is_ren
 
 
 def test_deleting_the_last_resourcewatch_removes_the_gateway(
-    control_plane: Any, operator: Path, namespace: str
+    control_plane: ControlPlane, operator: Path, namespace: str
 ) -> None:
     apply(control_plane, namespace, MANIFESTS / "delete-as-event.yaml", MANIFESTS / "plugin.yaml")
     wait(control_plane, namespace, "--for=condition=Ready", "resourcewatch/drive-file", "resourcewatch/phone-inbound")
@@ -195,7 +201,7 @@ def test_deleting_the_last_resourcewatch_removes_the_gateway(
     ],
 )
 def test_the_api_server_rejects_what_can_never_work(
-    control_plane: Any, crds: None, namespace: str, spec: dict[str, Any], message: str
+    control_plane: ControlPlane, crds: None, namespace: str, spec: dict[str, Any], message: str
 ) -> None:
     doc = {"apiVersion": "mcpg.dev/v1alpha1", "kind": "ResourceWatch", "metadata": {"name": "bad"}, "spec": spec}
     result = apply(control_plane, namespace, doc, check=False)
@@ -203,14 +209,16 @@ def test_the_api_server_rejects_what_can_never_work(
     assert message in result.stderr
 
 
-def test_every_example_manifest_is_accepted_by_the_api_server(control_plane: Any, crds: None, namespace: str) -> None:
+def test_every_example_manifest_is_accepted_by_the_api_server(
+    control_plane: ControlPlane, crds: None, namespace: str
+) -> None:
     for path in sorted(MANIFESTS.glob("*.yaml")):
         result = control_plane.kubectl("-n", namespace, "apply", "--dry-run=server", "-f", str(path), check=False)
         assert result.returncode == 0, f"{path.name}: {result.stderr}"
 
 
 def test_the_later_of_two_watches_sharing_a_token_is_refused(
-    control_plane: Any, operator: Path, namespace: str
+    control_plane: ControlPlane, operator: Path, namespace: str
 ) -> None:
     apply(control_plane, namespace, MANIFESTS / "webhooktoken.yaml", MANIFESTS / "webhook.yaml")
     wait(control_plane, namespace, "--for=condition=Ready", "resourcewatch/reports-folder")
@@ -232,7 +240,7 @@ def test_the_later_of_two_watches_sharing_a_token_is_refused(
 
 
 def test_a_missing_secret_is_reported_and_healed_when_it_appears(
-    control_plane: Any, operator: Path, namespace: str
+    control_plane: ControlPlane, operator: Path, namespace: str
 ) -> None:
     apply(control_plane, namespace, MANIFESTS / "poll.yaml")
     wait(
@@ -325,14 +333,14 @@ def available(pod: dict[str, Any]) -> bool:
 
 
 @pytest.fixture
-def api(control_plane: Any) -> Iterator[Api]:
+def api(control_plane: ControlPlane) -> Iterator[Api]:
     api = Api(control_plane.kubeconfig)
     yield api
     api.http.close()
 
 
 def test_rotation_never_refuses_a_sender_holding_either_token(
-    control_plane: Any, operator: Path, namespace: str, api: Api, tmp_path: Path
+    control_plane: ControlPlane, operator: Path, gateway_env: ImageEnv, namespace: str, api: Api, tmp_path: Path
 ) -> None:
     apply(control_plane, namespace, MANIFESTS / "webhooktoken.yaml", MANIFESTS / "webhook.yaml")
     wait(control_plane, namespace, "--for=condition=Ready", "resourcewatch/reports-folder")
@@ -385,7 +393,7 @@ def test_rotation_never_refuses_a_sender_holding_either_token(
         ({new}, {old: 404, new: 200}),
     ):
         assert frozenset(tokens) in stages, f"stage {tokens} was not seen"
-        assert post_both(stages[frozenset(tokens)], old, new, tmp_path) == expected
+        assert post_both(gateway_env, stages[frozenset(tokens)], old, new, tmp_path) == expected
     # Token values never leak into status, Events, annotations or the operator's log.
     everything = (
         "".join(
@@ -398,37 +406,9 @@ def test_rotation_never_refuses_a_sender_holding_either_token(
     assert new not in everything
 
 
-def post_both(config_yaml: bytes, old: str, new: str, tmp_path: Path) -> dict[str, int]:
+def post_both(image: ImageEnv, config_yaml: bytes, old: str, new: str, tmp_path: Path) -> dict[str, int]:
+    """Serve one stage's exact configuration with the gateway image's own install; POST both tokens."""
     config = tmp_path / f"stage-{len(list(tmp_path.iterdir()))}.yaml"
     config.write_bytes(config_yaml)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mcpg_gateway",
-            "--config",
-            str(config),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--admin-port",
-            "0",
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stderr is not None
-    try:
-        port = None
-        for line in proc.stderr:  # bounded by the process: it either serves or exits
-            if "serving MCP on" in line:
-                port = int(line.split("serving MCP on ")[1].split(",")[0].rsplit(":", 1)[1])
-                break
-        assert port is not None, "the gateway did not start on the rendered configuration"
-        with httpx2.Client(base_url=f"http://127.0.0.1:{port}") as http:
-            return {t: http.post(f"/webhooks/resource-updated/{t}").status_code for t in (old, new)}
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        proc.stderr.close()
+    with programs.gateway(image, config) as gateway, httpx2.Client(base_url=gateway.base) as http:
+        return {t: http.post(f"/webhooks/resource-updated/{t}").status_code for t in (old, new)}

@@ -12,6 +12,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+
 from mcpg_testing.servers import NatsServer, PostgresServer, start_nats, start_postgres
 
 HERE = Path(__file__).parent

@@ -10,6 +10,10 @@ from typing import Any
 import httpx2
 import nats
 import pytest
+from nats.aio.client import Client as NatsClient
+
+from mcpg_gateway import errors
+from mcpg_gateway.strategies import nats_topic
 from mcpg_testing import BOUND_S
 from mcpg_testing.clients import ERAS, refusal, subscribed
 from mcpg_testing.clock import ManualClock
@@ -26,10 +30,6 @@ from mcpg_testing.gateways import (
     sentinel,
 )
 from mcpg_testing.servers import NatsServer
-from nats.aio.client import Client as NatsClient
-
-from mcpg_gateway import errors
-from mcpg_gateway.strategies import nats_topic
 
 INVENTORY, ORDERS = "inventory://current", "orders://new"
 

@@ -10,6 +10,11 @@ import socket
 from typing import Any
 
 import pytest
+
+from mcpg_gateway import errors
+from mcpg_gateway.contract import check
+from mcpg_gateway.contract.errors import ConfigError
+from mcpg_gateway.gateway import Gateway
 from mcpg_testing.clients import ERAS, refusal, subscribed
 from mcpg_testing.configs import gateway_config, watched
 from mcpg_testing.gateways import (
@@ -21,11 +26,6 @@ from mcpg_testing.gateways import (
     fired,
     sentinel,
 )
-
-from mcpg_gateway import errors
-from mcpg_gateway.contract import check
-from mcpg_gateway.contract.errors import ConfigError
-from mcpg_gateway.gateway import Gateway
 
 INBOUND = "phone://inbound"
 

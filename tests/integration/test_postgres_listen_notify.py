@@ -7,6 +7,8 @@ import logging
 from typing import Any
 
 import pytest
+
+from mcpg_gateway.strategies import postgres_listen_notify
 from mcpg_testing.clients import ERAS, refusal, subscribed
 from mcpg_testing.clock import ManualClock
 from mcpg_testing.configs import gateway_config, watched
@@ -21,8 +23,6 @@ from mcpg_testing.gateways import (
     sentinel,
 )
 from mcpg_testing.servers import PostgresServer, connected
-
-from mcpg_gateway.strategies import postgres_listen_notify
 
 STOCK, PLAIN = "stock://levels", "stock://plain"
 # Capitals, a dash, a quote and a statement break: only a correctly quoted identifier survives this.

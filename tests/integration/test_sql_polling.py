@@ -8,6 +8,8 @@ import uuid
 from typing import Any
 
 import pytest
+
+from mcpg_gateway import errors
 from mcpg_testing.clients import ERAS, refusal, subscribed
 from mcpg_testing.clock import ManualClock
 from mcpg_testing.configs import gateway_config, watched
@@ -23,8 +25,6 @@ from mcpg_testing.gateways import (
     sentinel,
 )
 from mcpg_testing.servers import PostgresServer, connected
-
-from mcpg_gateway import errors
 
 ORDERS = "orders://latest"
 

@@ -7,6 +7,7 @@ import logging
 
 import httpx2
 import pytest
+
 from mcpg_testing.clients import listen_client, subscribed
 from mcpg_testing.clock import ManualClock
 from mcpg_testing.configs import gateway_config, resource

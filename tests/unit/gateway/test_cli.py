@@ -16,6 +16,7 @@ import pytest
 import yaml
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
+
 from mcpg_testing import BOUND_S
 from mcpg_testing.clients import subscribed
 from mcpg_testing.configs import ANONYMOUS_AUTH, gateway_config, resource

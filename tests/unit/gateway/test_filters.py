@@ -14,11 +14,6 @@ from typing import Any
 
 import httpx2
 import pytest
-from mcpg_testing.clients import ERAS, Subscription, subscribed
-from mcpg_testing.clock import ManualClock
-from mcpg_testing.configs import bearer, gateway_config, principal, resource
-from mcpg_testing.gateways import GatewayFactory, RunningGateway
-from mcpg_testing.upstream import Upstream
 
 from mcpg_gateway import catalog, policy, watchers
 from mcpg_gateway.contract import cel, check, config
@@ -27,6 +22,11 @@ from mcpg_gateway.identity import Principal
 from mcpg_gateway.metrics import Metrics
 from mcpg_gateway.strategies import base, memory
 from mcpg_gateway.subscribers import Subscriber
+from mcpg_testing.clients import ERAS, Subscription, subscribed
+from mcpg_testing.clock import ManualClock
+from mcpg_testing.configs import bearer, gateway_config, principal, resource
+from mcpg_testing.gateways import GatewayFactory, RunningGateway
+from mcpg_testing.upstream import Upstream
 
 PEOPLE = ("alice", "bob", "carol")
 INBOXES = [f"mail://inbox/{who}" for who in PEOPLE]

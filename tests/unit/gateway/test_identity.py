@@ -7,14 +7,14 @@ from typing import Any
 
 import httpx2
 import pytest
-from mcpg_testing.clients import ERAS, subscribed
-from mcpg_testing.configs import bearer, gateway_config, principal, resource
-from mcpg_testing.gateways import GatewayFactory, RunningGateway
-from mcpg_testing.upstream import Upstream
 
 from mcpg_gateway import identity
 from mcpg_gateway.contract import check
 from mcpg_gateway.contract.errors import ConfigError
+from mcpg_testing.clients import ERAS, subscribed
+from mcpg_testing.configs import bearer, gateway_config, principal, resource
+from mcpg_testing.gateways import GatewayFactory, RunningGateway
+from mcpg_testing.upstream import Upstream
 
 HOOK = "report://daily"
 TOKENS = {"alice": "alice-s3cret-token", "bob": "bob-s3cret-token", "carol": "carol-s3cret-token"}

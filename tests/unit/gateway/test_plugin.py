@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import pytest
-from mcpg_testing.configs import gateway_config, resource
 
 from mcpg_gateway import catalog
 from mcpg_gateway.contract import check, config
@@ -16,6 +15,7 @@ from mcpg_gateway.contract.errors import ConfigError
 from mcpg_gateway.errors import StrategyError
 from mcpg_gateway.gateway import Gateway, Options
 from mcpg_gateway.strategies import base, plugin
+from mcpg_testing.configs import gateway_config, resource
 
 
 @dataclass

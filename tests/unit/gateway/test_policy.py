@@ -13,15 +13,15 @@ import pytest
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from mcpg_testing.clients import ERAS, refusal, subscribed
-from mcpg_testing.configs import bearer, gateway_config, principal, resource
-from mcpg_testing.gateways import GatewayFactory, RunningGateway
-from mcpg_testing.upstream import Upstream
 
 from mcpg_gateway import __main__ as gateway_main
 from mcpg_gateway import errors
 from mcpg_gateway.contract import cel, check
 from mcpg_gateway.contract.errors import ConfigError
+from mcpg_testing.clients import ERAS, refusal, subscribed
+from mcpg_testing.configs import bearer, gateway_config, principal, resource
+from mcpg_testing.gateways import GatewayFactory, RunningGateway
+from mcpg_testing.upstream import Upstream
 
 EXAMPLES = Path(__file__).parents[3] / "examples" / "gateway"
 LEDGER = "ledger://finance/current"

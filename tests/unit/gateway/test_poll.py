@@ -5,15 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from mcpg_testing.clock import ManualClock
-from mcpg_testing.configs import gateway_config, resource
-from mcpg_testing.upstream import Upstream
 
 from mcpg_gateway.contract import check
 from mcpg_gateway.errors import StrategyError
 from mcpg_gateway.gateway import Gateway, Options
 from mcpg_gateway.identity import Principal
 from mcpg_gateway.subscribers import Subscriber
+from mcpg_testing.clock import ManualClock
+from mcpg_testing.configs import gateway_config, resource
+from mcpg_testing.upstream import Upstream
 
 URI = "drive://folder/reports"
 

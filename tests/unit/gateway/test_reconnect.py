@@ -6,13 +6,12 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-from mcpg_testing import BOUND_S
-from mcpg_testing.configs import gateway_config, resource
-
 from mcpg_gateway import backoff, catalog
 from mcpg_gateway.contract import check
 from mcpg_gateway.errors import StrategyError
 from mcpg_gateway.strategies import base, reconnect
+from mcpg_testing import BOUND_S
+from mcpg_testing.configs import gateway_config, resource
 
 
 class InstantClock:

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from mcpg_testing.configs import gateway_config, resource
 
 from mcpg_gateway.contract import check
 from mcpg_gateway.contract.errors import ConfigError
 from mcpg_gateway.gateway import Gateway
+from mcpg_testing.configs import gateway_config, resource
 
 
 def nats_config(strategy_url: str | None, default_url: str | None) -> dict[str, Any]:

@@ -10,13 +10,13 @@ import pytest
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
+
+from mcpg_gateway import errors
 from mcpg_testing.clients import ERAS, legacy_client, listen_client, refusal, subscribe, subscribed, unsubscribe
 from mcpg_testing.clock import ManualClock
 from mcpg_testing.configs import gateway_config, resource
 from mcpg_testing.gateways import GatewayFactory, RunningGateway
 from mcpg_testing.upstream import Upstream
-
-from mcpg_gateway import errors
 
 HOOK = "drive://folder/reports"
 POLLED = "drive://file/notes"

@@ -8,12 +8,12 @@ from collections.abc import AsyncIterator
 
 import httpx2
 import pytest
-from mcpg_testing.configs import gateway_config, resource
-from mcpg_testing.gateways import GatewayFactory, RunningGateway, fired
-from mcpg_testing.upstream import Upstream
 
 from mcpg_gateway import webhooks
 from mcpg_gateway.contract import check
+from mcpg_testing.configs import gateway_config, resource
+from mcpg_testing.gateways import GatewayFactory, RunningGateway, fired
+from mcpg_testing.upstream import Upstream
 
 URI = "drive://folder/reports"
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from mcpg_testing.fake_kube import Call, FakeKube
 
 from mcpg_operator import objects, observed, read, reconcile, tokens
 from mcpg_operator.rotation import TokenState
 from mcpg_operator.settings import GatewayDefaults
+from mcpg_testing.fake_kube import Call, FakeKube
 
 NS = "shop"
 DEFAULTS = GatewayDefaults(replicas=2)

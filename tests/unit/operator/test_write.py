@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import re
 
-from mcpg_testing.fake_kube import FakeKube
-
 from mcpg_operator import write
 from mcpg_operator import writes as w
+from mcpg_testing.fake_kube import FakeKube
 
 NS = "shop"
 

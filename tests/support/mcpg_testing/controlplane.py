@@ -1,0 +1,345 @@
+"""A real local Kubernetes control plane, started from the binaries `make binaries` caches.
+
+etcd, kube-apiserver (RBAC, static tokens), kube-controller-manager, kube-scheduler and kwok (one fake Node)
+run as plain processes on free loopback ports, so a test run and a `make cluster-up` cluster coexist. PIDs
+live in the state directory; `down` stops exactly those PIDs. What each component is given is in
+`components.py`; this module starts, waits for and stops them.
+
+    python -m mcpg_testing.controlplane up|down|status --state DIR    (or hack/controlplane.py)
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import logging
+import os
+import shutil
+import signal
+import ssl
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import TypedDict
+
+from mcpg_testing import components
+from mcpg_testing.components import COMPONENTS, KWOK_STAGES, NODE_NAME, Endpoints, Layout
+from mcpg_testing.processes import WaitTimeout, die_with_parent_hook, pid_alive, send_signal, tail, wait_until
+
+logger = logging.getLogger(__name__)
+
+READY_TIMEOUT = 90.0  # per wait; a cold start on 2 cores takes a few seconds per component
+STOP_TIMEOUT = 10.0  # SIGTERM grace before SIGKILL
+KUBECTL_TIMEOUT = 180.0
+
+
+class ControlPlaneError(Exception):
+    """A component is missing, failed to start, or did not become ready in time."""
+
+
+class Recorded(TypedDict):
+    """One started component, as `plane.json` records it."""
+
+    pid: int
+    argv0: str
+
+
+def default_bin_dir() -> Path:
+    """`$MCPG_CACHE/bin`, where hack/build-control-plane.sh puts the binaries."""
+    return Path(os.environ.get("MCPG_CACHE", Path.home() / ".cache" / "mcpg")) / "bin"
+
+
+class ControlPlane:
+    """One control plane whose files live in `state_dir`; usable as a context manager."""
+
+    def __init__(self, state_dir: Path, bin_dir: Path | None = None, *, die_with_parent: bool = False) -> None:
+        """`die_with_parent`: the components get SIGKILL when this process (thread) dies; for tests."""
+        self.layout = Layout(state_dir.resolve(), (bin_dir or default_bin_dir()).resolve())
+        self.die_with_parent = die_with_parent
+        self._children: dict[str, subprocess.Popen[bytes]] = {}
+
+    @property
+    def state_dir(self) -> Path:
+        return self.layout.state_dir
+
+    @property
+    def bin_dir(self) -> Path:
+        return self.layout.bin_dir
+
+    @property
+    def kubeconfig(self) -> Path:
+        """The admin's kubeconfig (group system:masters)."""
+        return self.layout.kubeconfig
+
+    @property
+    def operator_kubeconfig(self) -> Path:
+        """The chart's operator ServiceAccount's kubeconfig, under RBAC."""
+        return self.layout.operator_kubeconfig
+
+    @property
+    def logs_dir(self) -> Path:
+        """One log per component; kept by `stop()`."""
+        return self.layout.logs_dir
+
+    def binary(self, name: str) -> Path:
+        """The cached binary (or kwok stages file) `name`; a clear error if it was not built."""
+        path = self.bin_dir / name
+        if not os.access(path, os.R_OK if name == KWOK_STAGES else os.X_OK):
+            raise ControlPlaneError(f"{path} is missing: run `make binaries` to build the control plane")
+        return path
+
+    def log(self, component: str) -> Path:
+        return self.logs_dir / f"{component}.log"
+
+    def log_tails(self, lines: int = 25) -> str:
+        """The tail of every component's log, for a failure report."""
+        return "\n".join(f"--- {c} ({self.log(c)}) ---\n{tail(self.log(c), lines)}" for c in COMPONENTS)
+
+    # -- state ---------------------------------------------------------------------------------
+
+    def processes(self) -> dict[str, Recorded]:
+        """Component name -> its PID and binary, as recorded by the last `start()`."""
+        try:
+            data = json.loads(self.layout.record.read_text())
+        except (OSError, ValueError):
+            return {}
+        return {name: Recorded(pid=int(p["pid"]), argv0=str(p["argv0"])) for name, p in data["processes"].items()}
+
+    def alive(self) -> dict[str, bool]:
+        return {name: pid_alive(p["pid"], p["argv0"]) for name, p in self.processes().items()}
+
+    def is_running(self) -> bool:
+        """True if every component recorded by `start()` still runs."""
+        state = self.alive()
+        return set(state) == set(COMPONENTS) and all(state.values())
+
+    def _save(self, endpoints: Endpoints, processes: dict[str, Recorded]) -> None:
+        record = {"server": endpoints.server, "processes": processes}
+        self.layout.record.write_text(json.dumps(record, indent=2) + "\n")
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start every component and return once the fake node is Ready; clean up on failure."""
+        binaries = {name: self.binary(name) for name in (*COMPONENTS, "kubectl", KWOK_STAGES)}
+        if self.processes():
+            logger.info("stopping what is left of a previous control plane in %s", self.state_dir)
+            self.stop()
+        started = time.monotonic()
+        try:
+            self._start(binaries)
+        except BaseException:
+            logger.error("control plane failed to start; stopping what was started")
+            self.stop()
+            raise
+        logger.info("control plane ready in %.1fs (kubeconfig %s)", time.monotonic() - started, self.kubeconfig)
+
+    def _start(self, binaries: dict[str, Path]) -> None:
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        self.layout.pki.mkdir(mode=0o700)  # keys and tokens
+        self.layout.etcd_data.mkdir(mode=0o700)
+        endpoints = Endpoints.pick()
+        admin_token = components.write_credentials(self.layout, endpoints)
+        processes: dict[str, Recorded] = {}
+        for name in COMPONENTS:
+            argv = [str(binaries[name]), *components.flags(name, self.layout, endpoints)]
+            processes[name] = Recorded(pid=self._spawn(name, argv), argv0=argv[0])
+            self._save(endpoints, processes)  # recorded at once, so `down` can clean up a failed `up`
+            if name == "etcd":
+                self._await(name, lambda: b'"health":"true"' in _request(endpoints.etcd_url, "GET", "/health")[1])
+            elif name == "kube-apiserver":
+                self._await(name, lambda: _request(endpoints.server, "GET", "/readyz", admin_token)[0] == 200)
+        self._create_node(endpoints, admin_token)
+        self._await("kwok", lambda: _node_ready(endpoints, admin_token), f"node {NODE_NAME} Ready")
+
+    def _spawn(self, name: str, argv: list[str]) -> int:
+        with self.log(name).open("wb") as out:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=self.state_dir,
+                start_new_session=True,  # Ctrl-C in the shell that ran `up` must not reach it
+                preexec_fn=die_with_parent_hook() if self.die_with_parent else None,
+            )
+        self._children[name] = proc
+        logger.info("started %s (pid %d)", name, proc.pid)
+        return proc.pid
+
+    def _await(self, component: str, check: Callable[[], bool], what: str = "") -> None:
+        """Wait for `check`; fail fast, with the component's log tail, if it exits or times out."""
+        what = what or f"{component} to become ready"
+
+        def ready() -> bool:
+            proc = self._children[component]
+            if proc.poll() is not None:
+                raise ControlPlaneError(self._failure(component, f"{component} exited ({proc.returncode})"))
+            return check()
+
+        try:
+            wait_until(ready, READY_TIMEOUT, what, interval=0.2)
+        except WaitTimeout as e:
+            raise ControlPlaneError(self._failure(component, str(e))) from None
+        logger.info("%s ready", component)
+
+    def _failure(self, component: str, message: str) -> str:
+        return f"{message}\nlast lines of {self.log(component)}:\n{tail(self.log(component))}"
+
+    def _create_node(self, endpoints: Endpoints, token: str) -> None:
+        status, body = _request(endpoints.server, "POST", "/api/v1/nodes", token, components.fake_node())
+        if status != 201:
+            raise ControlPlaneError(f"creating node {NODE_NAME} failed ({status}): {body[:500]!r}")
+
+    def stop(self) -> None:
+        """SIGTERM every recorded PID, SIGKILL what outlives STOP_TIMEOUT, then remove the data."""
+        processes = self.processes()
+        live = {n: p for n, p in processes.items() if pid_alive(p["pid"], p["argv0"])}
+        for name, p in live.items():
+            logger.info("stopping %s (pid %d)", name, p["pid"])
+            send_signal(p["pid"], signal.SIGTERM)
+        if not self._await_exit(live, STOP_TIMEOUT):
+            for p in live.values():
+                send_signal(p["pid"], signal.SIGKILL)
+            if not self._await_exit(live, STOP_TIMEOUT):
+                raise ControlPlaneError(f"processes survived SIGKILL: {sorted(self._still_alive(live))}")
+        for proc in self._children.values():
+            proc.wait(timeout=STOP_TIMEOUT)  # reap our own children
+        self._children.clear()
+        for path in (self.layout.etcd_data, self.layout.pki, self.layout.kubectl_cache):
+            shutil.rmtree(path, ignore_errors=True)
+        for path in (self.kubeconfig, self.operator_kubeconfig, self.layout.record):
+            path.unlink(missing_ok=True)
+
+    def _still_alive(self, processes: dict[str, Recorded]) -> list[str]:
+        for proc in self._children.values():
+            proc.poll()  # reap, so an exited child of ours does not linger as a zombie
+        return [n for n, p in processes.items() if pid_alive(p["pid"], p["argv0"])]
+
+    def _await_exit(self, processes: dict[str, Recorded], timeout: float) -> bool:
+        try:
+            wait_until(lambda: not self._still_alive(processes), timeout, "processes to exit")
+        except WaitTimeout:
+            return False
+        return True
+
+    def __enter__(self) -> ControlPlane:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # -- clients -------------------------------------------------------------------------------
+
+    def kubectl(
+        self,
+        *args: str,
+        kubeconfig: Path | None = None,
+        stdin: str | None = None,
+        check: bool = True,
+        timeout: float = KUBECTL_TIMEOUT,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run kubectl (admin identity unless `kubeconfig` is given); raise on failure if `check`."""
+        argv = [
+            str(self.binary("kubectl")),
+            f"--kubeconfig={kubeconfig or self.kubeconfig}",
+            f"--cache-dir={self.layout.kubectl_cache}",  # not ~/.kube/cache: one dir per free port there
+            *args,
+        ]
+        result = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout, check=False)
+        if check and result.returncode != 0:
+            raise ControlPlaneError(
+                f"kubectl {' '.join(args)} failed ({result.returncode}):\n{result.stderr or result.stdout}"
+            )
+        return result
+
+
+def _request(base: str, method: str, path: str, token: str = "", body: object = None) -> tuple[int, bytes]:
+    """One HTTP(S) call to etcd or the apiserver; (0, error) when nothing answers yet."""
+    scheme, _, hostport = base.partition("://")
+    host, port = hostport.rsplit(":", 1)
+    conn: http.client.HTTPConnection
+    if scheme == "https":
+        # the apiserver's self-signed loopback cert; the kubeconfigs skip verification too
+        context = ssl.create_default_context()
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+        conn = http.client.HTTPSConnection(host, int(port), timeout=5, context=context)
+    else:
+        conn = http.client.HTTPConnection(host, int(port), timeout=5)
+    headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        conn.request(method, path, body=None if body is None else json.dumps(body), headers=headers)
+        response = conn.getresponse()
+        return response.status, response.read()
+    except (OSError, http.client.HTTPException) as e:  # not listening yet, or restarting
+        return 0, str(e).encode()
+    finally:
+        conn.close()
+
+
+def _node_ready(endpoints: Endpoints, token: str) -> bool:
+    status, body = _request(endpoints.server, "GET", f"/api/v1/nodes/{NODE_NAME}", token)
+    if status != 200:
+        return False
+    conditions = json.loads(body).get("status", {}).get("conditions", [])
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+# -- command line ------------------------------------------------------------------------------
+
+
+def _up(plane: ControlPlane) -> int:
+    if plane.is_running():
+        print(f"control plane already up in {plane.state_dir}; kubeconfig {plane.kubeconfig}")
+        return 0
+    plane.start()
+    print(f"export KUBECONFIG={plane.kubeconfig}   # kubectl is {plane.bin_dir / 'kubectl'}")
+    return 0
+
+
+def _down(plane: ControlPlane) -> int:
+    if not plane.processes():
+        print(f"no control plane recorded in {plane.state_dir}")
+        return 0
+    plane.stop()
+    print(f"control plane in {plane.state_dir} stopped; logs kept in {plane.logs_dir}")
+    return 0
+
+
+def _status(plane: ControlPlane) -> int:
+    processes, alive = plane.processes(), plane.alive()
+    for name in COMPONENTS:
+        pid = processes[name]["pid"] if name in processes else "-"
+        print(f"{name:<24} pid {pid!s:<8} {'running' if alive.get(name) else 'stopped'}")
+    return 0 if plane.is_running() else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`up|down|status --state DIR`: what `make cluster-up` and `make cluster-down` run."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--state", type=Path, default=Path(".cluster"), help="state directory (.cluster)")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    helps = {"up": "start, unless already up", "down": "stop and remove data", "status": "show processes"}
+    for name, help_text in helps.items():
+        commands.add_parser(name, parents=[common], help=help_text)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
+    plane = ControlPlane(args.state)
+    actions: dict[str, Callable[[ControlPlane], int]] = {"up": _up, "down": _down, "status": _status}
+    try:
+        return actions[args.command](plane)
+    except ControlPlaneError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""pytest fixtures for the tiers that run what ships: the image envs, a control plane, and the operator on it.
+
+One control plane per session (etcd, apiserver, controllers, scheduler, a kwok node) with mcpg's CRDs and the
+chart's RBAC installed, `mcpg-operator` from `.venv-operator` under the chart's ServiceAccount, and a fresh
+namespace per test. Use as a plugin (`pytest_plugins = ["mcpg_testing.fixtures"]` in the top-level conftest)
+or import the fixtures by name into a conftest or test module. When a test using the control plane fails, the
+tail of each component's log is attached to its report.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Generator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mcpg_testing import images, installation
+from mcpg_testing.controlplane import ControlPlane
+from mcpg_testing.images import ImageEnv
+from mcpg_testing.programs import OperatorProcess
+
+OPERATOR_SETTINGS = {
+    "MCPG_RESYNC_SECONDS": "5",
+    "MCPG_GATEWAY_IMAGE": "mcpg/gateway:e2e",
+    # Three replicas rolled one at a time: more interleavings for the rotation samples to cover.
+    "MCPG_GATEWAY_REPLICAS": "3",
+}
+
+
+@pytest.fixture(scope="session")
+def gateway_env() -> ImageEnv:
+    """`.venv-gateway`: what the gateway image installs, up to date with the sources."""
+    return images.ensure("gateway")
+
+
+@pytest.fixture(scope="session")
+def operator_env() -> ImageEnv:
+    """`.venv-operator`: what the operator image installs, up to date with the sources."""
+    return images.ensure("operator")
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """A running control plane (etcd, apiserver, controllers, scheduler, kwok node) for the session."""
+    # die_with_parent: a killed pytest must not leave the components running
+    with ControlPlane(tmp_path_factory.mktemp("control-plane"), die_with_parent=True) as plane:
+        yield plane
+
+
+@pytest.fixture(scope="session")
+def crds(control_plane: ControlPlane) -> None:
+    installation.install_crds(control_plane)
+
+
+@pytest.fixture(scope="session")
+def chart_rbac(control_plane: ControlPlane, crds: None) -> None:
+    """The chart's ServiceAccount, ClusterRole and binding, rendered by helm and applied as a user would."""
+    installation.install_chart_rbac(control_plane)
+
+
+@pytest.fixture(scope="session")
+def operator(
+    control_plane: ControlPlane, chart_rbac: None, operator_env: ImageEnv, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Path]:
+    """`mcpg-operator` from its image env, as the chart's ServiceAccount, started and live. Yields its log file."""
+    log = tmp_path_factory.mktemp("operator") / "operator.log"
+    kubeconfig = control_plane.operator_kubeconfig
+    with OperatorProcess(operator_env, kubeconfig, log, OPERATOR_SETTINGS, ["--verbose"]) as process:
+        process.wait_ready()
+        yield log
+
+
+@pytest.fixture
+def namespace(control_plane: ControlPlane, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace named after the test; deleted (without waiting) afterwards."""
+    stem = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    name = f"{stem}-{secrets.token_hex(3)}"
+    control_plane.kubectl("create", "namespace", name)
+    yield name
+    control_plane.kubectl("delete", "namespace", name, "--wait=false")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+    report = yield
+    plane = getattr(item, "funcargs", {}).get("control_plane")
+    if report.failed and isinstance(plane, ControlPlane):
+        report.sections.append((f"control plane logs (full logs in {plane.logs_dir})", plane.log_tails()))
+    return report

@@ -1,0 +1,51 @@
+"""mcpg installed into a control plane as a user installs it: the CRDs from `crds/`, then the Helm chart's RBAC.
+
+The RBAC is what `helm template charts/mcpg` renders (ServiceAccount, ClusterRole, binding), applied with
+kubectl, so the operator runs under exactly the permissions the chart grants and a missing verb fails a test.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from typing import Any
+
+import yaml
+
+from mcpg_testing.controlplane import ControlPlane
+from mcpg_testing.images import REPO
+
+CRDS = REPO / "crds"
+CHART = REPO / "charts" / "mcpg"
+CRD_NAMES = ("crd/resourcewatches.mcpg.dev", "crd/webhooktokens.mcpg.dev")
+OPERATOR_NAMESPACE = "mcpg-system"
+"""Where the chart's ServiceAccount lives; the control plane's operator token is mapped to it."""
+RBAC_KINDS = frozenset({"ServiceAccount", "ClusterRole", "ClusterRoleBinding"})
+HELM_TIMEOUT_S = 120.0
+
+
+def install_crds(plane: ControlPlane) -> None:
+    """Apply every CRD and wait until the API server serves them."""
+    plane.kubectl("apply", "-f", str(CRDS))
+    plane.kubectl("wait", "--for=condition=Established", *CRD_NAMES, "--timeout=60s")
+
+
+def chart_rbac(plane: ControlPlane) -> list[dict[str, Any]]:
+    """The operator's ServiceAccount, ClusterRole and ClusterRoleBinding as the chart renders them."""
+    rendered = subprocess.run(
+        [str(plane.binary("helm")), "template", "mcpg", str(CHART), "--namespace", OPERATOR_NAMESPACE],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=HELM_TIMEOUT_S,
+    ).stdout
+    docs = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] in RBAC_KINDS]
+    if {d["kind"] for d in docs} != RBAC_KINDS:
+        raise AssertionError(f"the chart renders {sorted(d['kind'] for d in docs)}, expected {sorted(RBAC_KINDS)}")
+    return docs
+
+
+def install_chart_rbac(plane: ControlPlane) -> str:
+    """Create the operator's namespace and apply the chart's RBAC; return kubectl's report."""
+    docs = chart_rbac(plane)
+    plane.kubectl("create", "namespace", OPERATOR_NAMESPACE, check=False)  # may exist: idempotent
+    return plane.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(docs)).stdout

@@ -1,0 +1,79 @@
+"""Child processes as the control plane and the programs under test need them: free loopback ports, bounded
+waits, PID checks that survive PID reuse, and children that die with the process that started them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+
+
+class WaitTimeout(TimeoutError):
+    """A bounded wait ran out."""
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct loopback ports that are free now (all held open while the kernel picks)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(count)]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
+
+
+def wait_until(check: Callable[[], bool], timeout: float, what: str, interval: float = 0.1) -> None:
+    """Poll `check` until it returns True; raise WaitTimeout naming `what` after `timeout` s.
+
+    For state only reachable by asking (a port, a PID, an HTTP endpoint); events are awaited, not polled.
+    """
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise WaitTimeout(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def pid_alive(pid: int, argv0: str) -> bool:
+    """True if `pid` runs and is still the binary we started (guards against PID reuse)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    state = stat.rsplit(")", 1)[1].split()[0]
+    return state != "Z" and cmdline.split(b"\0", 1)[0].decode() == argv0
+
+
+def send_signal(pid: int, sig: signal.Signals) -> None:
+    """Signal `pid`, which may have exited already."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
+
+
+def tail(path: Path, lines: int = 25) -> str:
+    """The last `lines` lines of a log file, or a note that it is missing."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return f"(no log at {path})"
+
+
+def die_with_parent_hook() -> Callable[[], None]:
+    """A preexec_fn that makes the child get SIGKILL when this process dies, even by SIGKILL."""
+    libc = ctypes.CDLL(None, use_errno=True)  # loaded before fork: dlopen is unsafe in the child
+    parent = os.getpid()
+
+    def hook() -> None:
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return hook
