@@ -1,1 +1,21 @@
-"""mcpg operator: reconciles ResourceWatch and WebhookToken into per-namespace gateways."""
+"""mcpg operator: reconciles ResourceWatch and WebhookToken into per-namespace gateways.
+
+Module map:
+
+    __main__     `mcpg-operator`: load the settings (exit 2 if unusable), then `kopf run -m mcpg_operator.handlers`
+    handlers     kopf wiring only: every event asks for a reconcile of its namespace
+    scheduler    coalesces those requests: one reconcile per namespace at a time, a burst becomes one pass
+    settings     the operator's settings, read from the environment here and nowhere else
+    reconcile    one pass over a namespace: read -> decide -> write
+      read         everything a pass needs, as an `observed.Snapshot`; no writes
+      observed     typed, frozen views over the raw objects
+      decision     the pure decision: token states, configuration, statuses, Events, and the writes
+      write        performs the writes in the order rotation safety needs (`writes`: what a write is)
+    rotation     the token rotation state machine (pure), and `tokens`: a token's Secret and persisted state
+    render       a namespace's gateway configuration from its watches, asked of the gateway's contract
+    objects      pure builders of the gateway's Deployment, Service, ServiceAccount and configuration Secret
+    statuses, events, conditions   what users see on the objects and in Events
+    rollout      the `kubectl rollout status` rule
+    models       pydantic mirrors of the CRDs
+    kube         a thin async Kubernetes client (server-side apply), and the protocol its test fake follows
+"""
