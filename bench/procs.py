@@ -179,7 +179,7 @@ class Gateway:
 
 
 def gateway_config(resources: list[dict[str, Any]], templates: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """The shape tests/conftest.py builds: anonymous access said explicitly, as the gateway requires."""
+    """The shape mcpg_testing.configs builds: anonymous access said explicitly, as the gateway requires."""
     caps: dict[str, Any] = {"resources": resources}
     if templates:
         caps["resource_templates"] = templates

@@ -165,7 +165,7 @@ METHOD = """## What each scenario measures
 4. **Memory per subscription**: RSS of the gateway with 10,000 subscriptions: 1,000 sessions (500 legacy,
    500 listen) x 10 URIs each, over 1,000 webhook resources (no upstream reads). Reference: the SDK server of
    scenario 1 holding the same sessions and subscriptions.
-5. **Operator convergence**: the local control plane (`hack/controlplane.py`), the operator as a process under
+5. **Operator convergence**: the local control plane (`mcpg_testing.controlplane`), the operator as a process under
    the chart's RBAC (as in tests/e2e) with 3 gateway replicas. 200 ResourceWatches across 20 namespaces in one
    `kubectl apply`; time until every one is Ready (reason `Served`: rendered and rolled out) and each
    namespace's rendered configuration holds all its URIs. Reference: the time the same `kubectl apply` takes

@@ -372,12 +372,13 @@ def test_rotation_never_refuses_a_sender_holding_either_token(
             break
     else:
         pytest.fail(f"rotation did not finish; last sample {samples[-1]}")
-    # Rule 5: until the retiring rollout starts (the template drops the old token), every available pod accepts it.
+    # The retirement rule: until the retiring rollout starts (the template drops the old token), every available
+    # pod accepts it.
     for s in samples:
         if old in s.template_tokens:
             assert all(old in p for p in s.pods), s
         assert s.pods, "maxUnavailable 0: some pod is always available"
-    # Rule 3: once the status says the new token is accepted, every available pod accepts it.
+    # The acceptance rule: once the status says the new token is accepted, every available pod accepts it.
     new_digest = hashlib.sha256(new.encode()).hexdigest()[:12]
     assert any(s.accepted and s.current_digest == new_digest for s in samples)
     for s in samples:

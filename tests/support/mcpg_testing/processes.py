@@ -9,6 +9,7 @@ import ctypes
 import os
 import signal
 import socket
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -77,3 +78,13 @@ def die_with_parent_hook() -> Callable[[], None]:
             os._exit(1)
 
     return hook
+
+
+def stop(proc: subprocess.Popen[str] | subprocess.Popen[bytes], timeout: float) -> None:
+    """SIGTERM, then SIGKILL after `timeout` s; always reaps, so no zombie outlives a test."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=timeout)

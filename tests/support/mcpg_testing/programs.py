@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from mcpg_testing import processes
 from mcpg_testing.images import ImageEnv
 from mcpg_testing.processes import WaitTimeout, free_ports, tail, wait_until
 
@@ -81,12 +82,7 @@ class Program:
 
     def stop(self, timeout: float = STOP_S) -> None:
         """SIGTERM, then SIGKILL after `timeout` s; always reaps."""
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=timeout)
+        processes.stop(self.proc, timeout)
         if self.proc.stdout is not None:
             self.proc.stdout.close()
 
@@ -171,12 +167,7 @@ class OperatorProcess:
 
     def stop(self, timeout: float = STOP_S) -> None:
         """SIGTERM (kopf exits cleanly), then SIGKILL after `timeout` s; always reaps."""
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=timeout)
+        processes.stop(self.proc, timeout)
 
     def __enter__(self) -> OperatorProcess:
         return self

@@ -17,7 +17,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,8 @@ from typing import Any
 from urllib.parse import quote
 
 import asyncpg
+
+from mcpg_testing import processes
 
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 15.0
@@ -84,12 +85,6 @@ def _run_as(user: pwd.struct_passwd | None) -> dict[str, Any]:
     if user is None:
         return {}
     return {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # --- NATS ------------------------------------------------------------------------------------------------
@@ -199,7 +194,7 @@ def start_postgres() -> PostgresServer:
     if done.returncode != 0:
         shutil.rmtree(root, ignore_errors=True)
         raise ServerFailed(f"initdb failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
-    port = free_port()
+    [port] = processes.free_ports(1)
     argv = [str(bin_dir / "postgres"), "-D", str(data), "-h", "127.0.0.1", "-p", str(port)]
     # fsync=off is safe here: a killed server loses nothing the OS already has; only a machine crash would.
     for setting in ("unix_socket_directories=", "fsync=off", "full_page_writes=off"):

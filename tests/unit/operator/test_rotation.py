@@ -1,4 +1,6 @@
-"""The rotation state machine, over event sequences, and a simulation of rollouts that checks rule 5 throughout."""
+"""The rotation state machine, over event sequences, and a simulation of rollouts that checks throughout the
+retirement rule: no available pod refuses a token before the rollout carrying its replacement has completed
+(plus the grace period)."""
 
 from __future__ import annotations
 
@@ -144,7 +146,7 @@ class Cluster:
 
 @pytest.mark.parametrize("seed", range(200))
 def test_no_available_pod_refuses_a_token_that_is_not_yet_retired(seed: int) -> None:
-    """Rule 5, over random interleavings of edits, rollout steps, reconciles and grace periods."""
+    """The retirement rule, over random interleavings of edits, rollout steps, reconciles and grace periods."""
     rng = random.Random(seed)
     grace = rng.choice([0.0, 3.0])
     state = promote(TokenState(), "t0")
