@@ -12,7 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_core import InitErrorDetails
+
+from mcpg_gateway.contract import templates
 
 POLL_FLOOR_MS = 10_000
 """No poll-shaped watch runs more often than this: a misconfigured watcher cannot hammer a backend."""
@@ -155,10 +158,35 @@ class _Entry(_Model):
     allows read, subscribe and listen. None: any authenticated caller."""
 
 
+def _braces(names: Sequence[str]) -> str:
+    """Variable names as a message shows them, the way they are written: `{a}, {b}` (or `none`)."""
+    return ", ".join("{" + name + "}" for name in names) or "none"
+
+
+def _backend_url_error(url: str, message: str) -> ValidationError:
+    """A problem an entry's validator finds in `backend.url`. Raised as a ValidationError located at that field
+    (pydantic keeps the location, under the entry's own), so the problem names `...backend.url`, not the entry."""
+    error = InitErrorDetails(type="value_error", loc=("backend", "url"), input=url, ctx={"error": ValueError(message)})
+    return ValidationError.from_exception_data("backend", [error])
+
+
 class ResourceConfig(_Entry):
     uri: str = Field(min_length=1)
     subject_id: str | None = Field(default=None, min_length=1)
     """The principal this resource is about: what `scope: subject_id` and `resource.subject_id` compare with."""
+
+    @model_validator(mode="after")
+    def _backend_url_has_no_variables(self) -> ResourceConfig:
+        # Nothing would substitute a `{name}` here: the gateway would send the braces to the upstream as they are.
+        names = templates.undefined(self.backend.url, defined=())
+        if names:
+            raise _backend_url_error(
+                self.backend.url,
+                f"names {_braces(names)}, but a resource has no variables (a resource "
+                "template's uri_template defines them); the gateway would request the braces literally, so "
+                "remove them or make this a resource template",
+            )
+        return self
 
     @model_validator(mode="after")
     def _subject_scope_needs_a_subject(self) -> ResourceConfig:
@@ -176,6 +204,31 @@ class ResourceTemplateConfig(_Entry):
     @property
     def has_subject(self) -> bool:
         return "{" + SUBJECT_ID + "}" in self.uri_template
+
+    @field_validator("uri_template")
+    @classmethod
+    def _each_variable_once(cls, value: str) -> str:
+        # A concrete URI gives a variable one value from one place; `templates.pattern` relies on this too.
+        names = templates.repeated(value)
+        if names:
+            raise ValueError(
+                f"repeats {_braces(names)}: each variable names one part of a concrete URI, so give every "
+                "occurrence its own name"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _backend_url_uses_only_template_variables(self) -> ResourceTemplateConfig:
+        # `reader.render_url` substitutes only the template's variables; any other `{name}` would reach the upstream.
+        defined = templates.variables(self.uri_template)
+        names = templates.undefined(self.backend.url, defined)
+        if names:
+            raise _backend_url_error(
+                self.backend.url,
+                f"names {_braces(names)}, which uri_template does not define (its variables: {_braces(defined)}); "
+                "the gateway would request the braces literally, so use a defined variable or remove them",
+            )
+        return self
 
     @model_validator(mode="after")
     def _subject_scope_needs_the_variable(self) -> ResourceTemplateConfig:

@@ -33,6 +33,8 @@ def read_file(path: Path) -> Any:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as e:
         raise ConfigError([Problem(str(path), f"cannot read: {e.strerror}")]) from e
+    except UnicodeDecodeError as e:
+        raise ConfigError([Problem(str(path), f"not UTF-8 text (byte {e.start}): save it as UTF-8")]) from e
     except yaml.YAMLError as e:
         raise ConfigError([Problem(str(path), f"not valid YAML: {e}")]) from e
     return raw if raw is not None else {}
@@ -56,9 +58,11 @@ def parse(raw: Any, environ: Mapping[str, str] | None = None) -> config.GatewayC
 
 
 def _resolve_env(raw: dict[str, Any], env: Mapping[str, str], problems: list[Problem]) -> dict[str, Any]:
-    caps = (raw.get("mcp") or {}).get("capabilities") or {}
-    if not isinstance(caps, dict):
+    # Any shape is possible here (no `mcp`, or `mcp: [..]`): leave what is not a mapping to the schema to name.
+    mcp = raw.get("mcp")
+    if not isinstance(mcp, dict) or not isinstance(mcp.get("capabilities"), dict):
         return raw
+    caps = mcp["capabilities"]
     out_caps = dict(caps)
     for kind in ("resources", "resource_templates"):
         entries = caps.get(kind)
@@ -67,7 +71,7 @@ def _resolve_env(raw: dict[str, Any], env: Mapping[str, str], problems: list[Pro
         out_caps[kind] = [
             _resolve_entry(f"mcp.capabilities.{kind}[{i}]", e, env, problems) for i, e in enumerate(entries)
         ]
-    return {**raw, "mcp": {**raw["mcp"], "capabilities": out_caps}}
+    return {**raw, "mcp": {**mcp, "capabilities": out_caps}}
 
 
 def _resolve_entry(where: str, entry: Any, env: Mapping[str, str], problems: list[Problem]) -> Any:
@@ -77,15 +81,24 @@ def _resolve_entry(where: str, entry: Any, env: Mapping[str, str], problems: lis
     out = dict(entry)
     for key in _RESOLVED_KEYS:
         if key in entry:
-            out[key] = _substitute(entry[key], f"{where}.{key}", name, env, problems)
+            out[key] = _substitute(entry[key], f"{where}.{key}", name, env, problems, frozenset())
     return out
 
 
-def _substitute(value: Any, path: str, name: str, env: Mapping[str, str], problems: list[Problem]) -> Any:
+def _substitute(
+    value: Any, path: str, name: str, env: Mapping[str, str], problems: list[Problem], inside: frozenset[int]
+) -> Any:
+    """`value` with its `${env.NAME}` resolved. `inside`: the ids of the containers on the way down, because a
+    YAML alias can put a mapping inside itself and walking it would never end."""
+    if isinstance(value, dict | list):
+        if id(value) in inside:
+            problems.append(Problem(path, "contains itself (a YAML alias inside its own anchor)"))
+            return None
+        inside |= {id(value)}
     if isinstance(value, dict):
-        return {k: _substitute(v, f"{path}.{k}", name, env, problems) for k, v in value.items()}
+        return {k: _substitute(v, f"{path}.{k}", name, env, problems, inside) for k, v in value.items()}
     if isinstance(value, list):
-        return [_substitute(v, f"{path}[{i}]", name, env, problems) for i, v in enumerate(value)]
+        return [_substitute(v, f"{path}[{i}]", name, env, problems, inside) for i, v in enumerate(value)]
     if not isinstance(value, str):
         return value
 

@@ -59,6 +59,38 @@ def test_invalid_configuration_exits_2_with_one_line_per_problem_naming_the_fiel
     assert len(lines) == 3
 
 
+@pytest.mark.parametrize(
+    ("document", "line"),
+    [
+        (
+            "mcp:\n  capabilities:\n    resource_templates:\n"
+            "      - {name: t, uri_template: 'x://{a}/{a}', backend: {kind: http, url: 'http://u/{a}'}}\n",
+            "  mcp.capabilities.resource_templates[0].uri_template: repeats {a}: ",
+        ),
+        (
+            "mcp:\n  capabilities:\n    resource_templates:\n"
+            "      - {name: t, uri_template: 'x://{a}', backend: {kind: http, url: 'http://u/{b}'}}\n",
+            "  mcp.capabilities.resource_templates[0].backend.url: names {b}, which uri_template does not define ",
+        ),
+        ("mcp: [capabilities]\n", "  mcp: Input should be a valid dictionary"),
+    ],
+    ids=["repeated-variable", "undefined-backend-variable", "mcp-not-a-mapping"],
+)
+def test_a_configuration_the_gateway_cannot_serve_exits_2_naming_the_field_without_a_traceback(
+    tmp_path: Path, document: str, line: str
+) -> None:
+    bad = tmp_path / "gw.yaml"
+    bad.write_text(document)
+    # Loopback and free ports: were the configuration ever accepted, the gateway must not take 0.0.0.0:8080.
+    code, out = asyncio.run(run_to_end("--config", str(bad), "--host", "127.0.0.1", "--port", "0", "--admin-port", "0"))
+    assert "Traceback" not in out, out  # `out` holds stderr too (run_to_end merges them)
+    assert code == 2
+    lines = out.strip().splitlines()
+    assert lines[0] == f"mcpg-gateway: invalid configuration in {bad}:"
+    assert len(lines) == 2, out
+    assert lines[1].startswith(line)
+
+
 def test_a_missing_environment_variable_stops_the_gateway_before_it_serves() -> None:
     code, out = asyncio.run(run_to_end("--config", str(ROOT / "examples/gateway/webhook.yaml")))
     assert code == 2

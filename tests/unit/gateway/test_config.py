@@ -6,9 +6,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from mcpg_gateway.contract import check, config
-from mcpg_gateway.contract.errors import ConfigError
+from mcpg_gateway.contract.errors import ConfigError, Problem
 
 EXAMPLES = Path(__file__).parents[3] / "examples" / "gateway"
 EXAMPLE_ENV = {
@@ -151,3 +152,93 @@ def test_unreadable_yaml_is_one_clear_problem(tmp_path: Path) -> None:
         check.load_file(bad)
     [message] = map(str, e.value.problems)
     assert message.startswith(f"{bad}: not valid YAML")
+
+
+def one_template(uri_template: str, url: str) -> dict[str, Any]:
+    template = {"name": "t", "uri_template": uri_template, "backend": {"kind": "http", "url": url}}
+    return {"mcp": {"capabilities": {"resource_templates": [template]}}}
+
+
+def test_a_template_that_repeats_a_variable_is_refused_naming_uri_template() -> None:
+    # `{1}` is no placeholder (a variable name starts with a letter or _), so only {a} and {b} are repeats.
+    assert problems(one_template("x://{a}/{b}/{1}/{a}/{b}/{1}/{a}", "http://u/{a}")) == [
+        "mcp.capabilities.resource_templates[0].uri_template: repeats {a}, {b}: each variable names one part of "
+        "a concrete URI, so give every occurrence its own name"
+    ]
+
+
+def test_a_backend_url_variable_the_template_does_not_define_is_refused_naming_the_defined_ones() -> None:
+    # The defined variables may appear any number of times, in any order; only {b} and {d} are undefined.
+    raw = one_template("x://{a}/{c}", "http://u/{c}/{b}/{a}/{d}/{a}?q={b}")
+    # Asked as the operator asks before it renders, so it refuses this as the gateway would at start.
+    assert check.problems(raw, environ={}, plugin_kinds=None) == [
+        Problem(
+            "mcp.capabilities.resource_templates[0].backend.url",
+            "names {b}, {d}, which uri_template does not define (its variables: {a}, {c}); the gateway would "
+            "request the braces literally, so use a defined variable or remove them",
+        )
+    ]
+
+
+def test_a_backend_url_variable_under_a_template_without_variables_is_refused() -> None:
+    [message] = problems(one_template("x://fixed", "http://u/{id}"))
+    assert message.startswith(
+        "mcp.capabilities.resource_templates[0].backend.url: names {id}, which uri_template does not define "
+        "(its variables: none)"
+    )
+
+
+def test_a_backend_url_variable_on_a_resource_is_refused_because_a_resource_has_none() -> None:
+    assert problems(one_resource(backend={"kind": "http", "url": "http://u/{id}"})) == [
+        "mcp.capabilities.resources[0].backend.url: names {id}, but a resource has no variables (a resource "
+        "template's uri_template defines them); the gateway would request the braces literally, so remove them "
+        "or make this a resource template"
+    ]
+
+
+def test_the_model_itself_refuses_what_the_catalog_could_not_serve() -> None:
+    # The rules live in the model, not only in `check`: nothing builds a catalog from an entry that breaks them.
+    backend = {"kind": "http", "url": "http://u/{a}"}
+    with pytest.raises(ValidationError) as e:
+        config.ResourceTemplateConfig.model_validate({"name": "t", "uri_template": "x://{a}/{a}", "backend": backend})
+    assert [err["loc"] for err in e.value.errors()] == [("uri_template",)]
+    with pytest.raises(ValidationError) as e:
+        config.ResourceConfig.model_validate({"name": "r", "uri": "x://r", "backend": backend})
+    assert [err["loc"] for err in e.value.errors()] == [("backend", "url")]
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ({}, []),
+        ({"gateway": {}}, []),
+        ({"mcp": "x"}, ["mcp: Input should be a valid dictionary or instance of McpConfig"]),
+        ({"mcp": [1]}, ["mcp: Input should be a valid dictionary or instance of McpConfig"]),
+        ({"mcp": None}, ["mcp: Input should be a valid dictionary or instance of McpConfig"]),
+    ],
+    ids=["empty", "no-mcp", "mcp-string", "mcp-list", "mcp-null"],
+)
+def test_any_top_level_shape_is_a_verdict_never_a_crash(raw: dict[str, Any], expected: list[str]) -> None:
+    assert [str(p) for p in check.problems(raw, environ={})] == expected
+
+
+def test_a_backend_that_contains_itself_through_a_yaml_alias_is_a_problem_not_a_crash(tmp_path: Path) -> None:
+    cyclic = tmp_path / "cyclic.yaml"
+    cyclic.write_text(
+        "mcp:\n  capabilities:\n    resources:\n"
+        "      - {name: r, uri: 'x://r', backend: &b {kind: http, url: 'http://u', x: *b}}\n"
+    )
+    with pytest.raises(ConfigError) as e:
+        check.load_file(cyclic, environ={})
+    assert "mcp.capabilities.resources[0].backend.x: contains itself (a YAML alias inside its own anchor)" in map(
+        str, e.value.problems
+    )
+
+
+def test_a_file_that_is_not_utf8_is_one_clear_problem(tmp_path: Path) -> None:
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"\xff\xfe")
+    with pytest.raises(ConfigError) as e:
+        check.load_file(binary)
+    [message] = map(str, e.value.problems)
+    assert message.startswith(f"{binary}: not UTF-8 text")

@@ -1,0 +1,138 @@
+"""The configuration contract on arbitrary input: always a verdict (problems or a configuration), never a crash,
+and whatever it accepts the gateway can serve (the catalog builds, each template matches its own URIs)."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+from mcpg_gateway import catalog, reader
+from mcpg_gateway.contract import check, config, templates
+from mcpg_gateway.contract.errors import ConfigError, Problem
+
+# Small runs keep the unit tier fast. Hypothesis keeps its example database in .hypothesis/, which ignores itself.
+SMALL = settings(max_examples=200, deadline=None)
+
+# Not empty: an empty string fails `min_length` at once, and Hypothesis would try it far more often than anything.
+PRINTABLE = st.text(st.characters(codec="utf-8", exclude_categories=("Cc", "Cs")), min_size=1, max_size=40)
+ANY_TEXT = st.text(max_size=40)
+# Literal pieces and a few placeholders, so repeats, adjacent variables, `{subject_id}` and near-misses are common.
+PIECES = st.one_of(PRINTABLE, st.sampled_from(["{a}", "{b}", "{subject_id}", "{", "}", "/", "{1}", "{a-b}"]))
+TEMPLATE_LIKE = st.lists(PIECES, min_size=1, max_size=6).map("".join)
+FIELD_TEXT = st.one_of(ANY_TEXT, TEMPLATE_LIKE)
+# A field is either a value the contract takes or arbitrary text: mostly-valid entries get past the schema, so
+# the later rules (the CEL, the cross-entry checks) see arbitrary text too.
+CEL = st.sampled_from(["true", 'subscriber.principal_id == "p"', "resource.variables.a == subscriber.principal_id"])
+STRATEGIES = st.one_of(
+    st.just({"type": "poll"}),
+    st.builds(lambda t: {"type": "webhook", "token": t}, PRINTABLE),
+    st.builds(lambda s: {"type": "nats_topic", "subject": s}, PRINTABLE),
+    st.builds(lambda k: {"type": "plugin", "kind": k}, PRINTABLE),
+)
+FILTERS = st.one_of(
+    st.just({"scope": "all"}),
+    st.just({"scope": "subject_id"}),
+    st.builds(lambda e: {"scope": "expression", "expression": e}, CEL | PRINTABLE),
+)
+OPTIONAL_FIELDS = st.fixed_dictionaries(
+    {}, optional={"mime_type": PRINTABLE, "read_policy": CEL | PRINTABLE, "subject_id": PRINTABLE}
+)
+# YAML-shaped values, what a document can hold anywhere, under keys the contract reads at some level.
+KEYS = st.sampled_from(["mcp", "gateway", "capabilities", "resources", "resource_templates", "backend", "watch", "url"])
+SCALARS = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), PRINTABLE, st.just("${env.UNSET}")
+)
+DOCUMENT_VALUES = st.recursive(
+    SCALARS,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(KEYS | PRINTABLE | st.integers(), inner, max_size=3),
+    max_leaves=12,
+)
+
+
+def entry(fields: dict[str, Any], *, template: bool) -> dict[str, Any]:
+    kind = "resource_templates" if template else "resources"
+    return {"mcp": {"capabilities": {kind: [fields]}}, "gateway": {"nats": {"url": "nats://n"}}}
+
+
+def servable(cfg: config.GatewayConfig) -> None:
+    """What the gateway does with an accepted configuration: build the catalog and render every backend URL."""
+    caps = cfg.mcp.capabilities
+    catalog.Catalog(caps)
+    for res in caps.resources:
+        assert templates.variables(res.backend.url) == [], f"{res.backend.url!r} keeps a placeholder"
+    for tpl in caps.resource_templates:
+        rendered = reader.render_url(tpl.backend.url, dict.fromkeys(templates.variables(tpl.uri_template), "v"))
+        assert templates.variables(rendered) == [], (
+            f"{tpl.backend.url!r} keeps a placeholder under {tpl.uri_template!r}"
+        )
+
+
+@SMALL
+@given(
+    template=st.booleans(),
+    address=FIELD_TEXT,
+    url=FIELD_TEXT,
+    name=PRINTABLE,
+    description=PRINTABLE,
+    optional=OPTIONAL_FIELDS,
+    text=PRINTABLE,
+    strategy=STRATEGIES,
+    notification_filter=FILTERS,
+)
+def test_any_text_in_any_field_gets_a_verdict_and_what_is_accepted_can_be_served(
+    template: bool,
+    address: str,
+    url: str,
+    name: str,
+    description: str,
+    optional: dict[str, str],
+    text: str,
+    strategy: dict[str, str],
+    notification_filter: dict[str, str],
+) -> None:
+    fields: dict[str, Any] = {
+        "name": name,
+        "description": description,
+        "uri_template" if template else "uri": address,
+        "backend": {"kind": "http", "url": url, "headers": {"X": text}, "body": text},
+        "watch": {"strategy": strategy, "notification_filter": notification_filter},
+        **optional,
+    }
+    raw = entry(fields, template=template)
+    plugin_kinds = (strategy.get("kind", "none"),)
+    found = check.problems(raw, environ={}, plugin_kinds=plugin_kinds)
+    assert isinstance(found, list)
+    assert all(isinstance(p, Problem) and p.path and p.message for p in found)
+    event("accepted" if not found else "refused")  # `--hypothesis-show-statistics`: both branches are exercised
+    if not found:
+        servable(check.load(raw, environ={}, plugin_kinds=plugin_kinds))
+
+
+@SMALL
+@given(document=st.dictionaries(KEYS, DOCUMENT_VALUES, max_size=4))
+def test_load_raises_only_config_error_whatever_the_document_holds(document: dict[str, Any]) -> None:
+    # The same mapping as the whole document, as the capabilities and as an entry: every level's code sees it.
+    for raw in (document, {"mcp": {"capabilities": document}}, entry(document, template=False)):
+        with contextlib.suppress(ConfigError):  # anything else propagates and fails the test
+            check.load(raw, environ={})
+
+
+@SMALL
+@given(uri_template=TEMPLATE_LIKE)
+def test_every_accepted_template_compiles_and_matches_the_uris_it_names(uri_template: str) -> None:
+    raw = entry(
+        {"name": "t", "uri_template": uri_template, "backend": {"kind": "http", "url": "http://u/"}}, template=True
+    )
+    found = check.problems(raw, environ={})
+    event("accepted" if not found else "refused")
+    if found:
+        return
+    names = templates.variables(uri_template)
+    values = {name: f"v{i}" for i, name in enumerate(names)}
+    uri = templates.PLACEHOLDER.sub(lambda m: values[m.group(1)], uri_template)
+    match = templates.pattern(uri_template).fullmatch(uri)
+    assert match is not None, (uri_template, uri)
+    assert set(match.groupdict()) == set(names)
