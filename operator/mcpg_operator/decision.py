@@ -17,7 +17,7 @@ tested the way rotation.py's state machine is. The steps, in order:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,16 +52,23 @@ class Decision:
 def decide(snap: observed.Snapshot, defaults: GatewayDefaults, now: float, new_token: Callable[[], str]) -> Decision:
     secrets = snap.secret_data()
     sources = {t.name: tokens.source(t.spec, secrets) for t in snap.tokens}
-    generated = _generated_secrets(snap, sources, new_token)
+    serving = _serving(snap)
+    pinned = {t.name: _pinned(snap, t.name, serving) for t in snap.tokens}
+    generated, retried = _generated_secrets(snap, sources, new_token)
     if generated:
         return _only_create(snap, generated, defaults)
-    edits = {t.name: rotation.observe_secret(t.state, sources[t.name].secret_value, now) for t in snap.tokens}
+    recovered = {t.name: _recovered(t, sources[t.name], pinned[t.name], now) for t in snap.tokens}
+    edits = {
+        t.name: rotation.observe_secret(recovered[t.name], sources[t.name].secret_value, now, pinned[t.name])
+        for t in snap.tokens
+    }
     states, plan = _rotate(snap, sources, {name: edit.state for name, edit in edits.items()}, defaults, now)
     rolled_out = _runs(snap.deployment, plan)
-    status_by_ref, status_writes = _statuses(snap, sources, states, plan, rolled_out, now)
-    evts = _events(snap, edits, states, plan)
+    views = {t.name: _view(snap, t.name, states[t.name], plan, serving) for t in snap.tokens}
+    status_by_ref, status_writes = _statuses(snap, sources, states, views, plan, rolled_out, now)
+    evts = _events(snap, edits, recovered, states, status_by_ref)
     posts = [w.PostEvent(events.body(snap.namespace, e, now)) for e in evts]
-    todo = [*_state_writes(snap, states), *_gateway(snap, plan, defaults), *status_writes, *posts]
+    todo = [*retried, *_state_writes(snap, states), *_gateway(snap, plan, defaults), *status_writes, *posts]
     return Decision(
         states=states,
         plan=plan,
@@ -97,16 +104,57 @@ def _rotate(
 
 def _generated_secrets(
     snap: observed.Snapshot, sources: dict[str, tokens.Source], new_token: Callable[[], str]
-) -> list[w.Write]:
-    out: dict[str, w.Write] = {}
+) -> tuple[list[w.Write], list[w.Write]]:
+    """Secrets to generate: (new ones, which end the pass early; ones the API server refused before).
+
+    A refused one is tried again with the rest of the pass, not alone, so it cannot hold up the namespace.
+    """
+    fresh: dict[str, w.Write] = {}
+    retried: dict[str, w.Write] = {}
     for t in snap.tokens:
         spec = sources[t.name].spec
-        if spec is not None and sources[t.name].wants_generated_secret and spec.secret_ref.name not in out:
-            body = tokens.generated_secret(snap.namespace, spec, t.id.owner_reference(), new_token())
-            out[spec.secret_ref.name] = w.CreateObject(
-                w.Stage.TOKEN_SECRETS, w.Ref("secrets", spec.secret_ref.name), body
-            )
-    return list(out.values())
+        if spec is None or not sources[t.name].wants_generated_secret or spec.secret_ref.name in fresh | retried:
+            continue
+        body = tokens.generated_secret(snap.namespace, spec, t.id.owner_reference(), new_token())
+        create = w.CreateObject(w.Stage.TOKEN_SECRETS, w.Ref("secrets", spec.secret_ref.name), body, about=t.id)
+        (retried if statuses.refused_before(t.status) else fresh)[spec.secret_ref.name] = create
+    return list(fresh.values()), list(retried.values())
+
+
+def _serving(snap: observed.Snapshot) -> list[dict[str, frozenset[str]] | None]:
+    """For each ReplicaSet with an available pod: resource name -> the tokens its pods accept (None: unknown)."""
+    configs = [render.parse_config(text) for text in snap.serving_configs()]
+    return [render.tokens_by_entry(config) if config is not None else None for config in configs]
+
+
+def _pinned(
+    snap: observed.Snapshot, webhook_token: str, serving: list[dict[str, frozenset[str]] | None]
+) -> frozenset[str]:
+    """The tokens some available pod accepts for the watches that use `webhook_token`."""
+    names = {_entry_name(rw) for rw in snap.watches if _token_ref(rw) == webhook_token}
+    return frozenset(t for by_entry in serving if by_entry for name in names for t in by_entry.get(name, ()))
+
+
+def _entry_name(rw: observed.Watch) -> str:
+    return str(rw.spec.get("name") or rw.name)
+
+
+def _token_ref(rw: observed.Watch) -> str | None:
+    ref = ((rw.spec.get("watch") or {}).get("webhook") or {}).get("tokenRef") or {}
+    name = ref.get("name")
+    return str(name) if name else None
+
+
+def _recovered(t: observed.Token, src: tokens.Source, pinned: frozenset[str], now: float) -> rotation.TokenState:
+    """The state to rotate from. A lost state Secret (while pods accept this token's values) is rebuilt.
+
+    Whatever an available pod accepts is kept retiring until the rollout carrying the current value completes:
+    losing the record of a rotation must not refuse a sender holding the replaced token.
+    """
+    if t.state_saved or not pinned or not src.secret_value:
+        return t.state
+    keep = sorted(pinned - {src.secret_value})
+    return rotation.TokenState(current=src.secret_value, retiring=tuple(rotation.Retiring(x, now) for x in keep))
 
 
 def _after_rollout(
@@ -116,9 +164,33 @@ def _after_rollout(
     carried = render.rendered_tokens(plan.config)
     out = {}
     for name, state in states.items():
-        complete = runs_plan or state.current not in carried  # a token no pod needs waits for no rollout
-        out[name] = rotation.retire_due(rotation.observe_rollout(state, complete, now), sources[name].grace_s, now)
+        if state.current in carried:
+            state = rotation.observe_rollout(state, runs_plan, now)
+        else:
+            state = rotation.release(state, now)  # no pod can accept it: replaced ones wait for no rollout
+        out[name] = rotation.retire_due(state, sources[name].grace_s, now)
     return out
+
+
+def _view(
+    snap: observed.Snapshot,
+    webhook_token: str,
+    state: rotation.TokenState,
+    plan: render.Plan,
+    serving: list[dict[str, frozenset[str]] | None],
+) -> statuses.TokenView:
+    """What a WebhookToken's status reports besides its own state: is its current token really accepted?"""
+    users = [rw for rw in snap.watches if _token_ref(rw) == webhook_token]
+    carried = state.current is not None and state.current in render.rendered_tokens(plan.config)
+    accepted = (
+        state.current is not None
+        and bool(serving)
+        and all(by_entry is not None and any(state.current in ts for ts in by_entry.values()) for by_entry in serving)
+    )
+    why = "; ".join(f"ResourceWatch {rw.name}: {plan.verdicts[rw.name].reason}" for rw in users)
+    unused = f"no ResourceWatch the gateway serves uses this token ({why or 'none refers to it'})"
+    stalled = snap.deployment.stalled if snap.deployment is not None else None
+    return statuses.TokenView(accepted=accepted, carried=carried, not_carried_message=unused, rollout_stalled=stalled)
 
 
 def _state_writes(snap: observed.Snapshot, states: States) -> list[w.Write]:
@@ -198,16 +270,18 @@ def _statuses(
     snap: observed.Snapshot,
     sources: dict[str, tokens.Source],
     states: States,
+    views: dict[str, statuses.TokenView],
     plan: render.Plan,
     rolled_out: bool,
     now: float,
 ) -> tuple[dict[w.Ref, dict[str, Any]], list[w.Write]]:
     decided: dict[w.Ref, tuple[dict[str, Any], dict[str, Any]]] = {}
+    stalled = snap.deployment.stalled if snap.deployment is not None else None
     for rw in snap.watches:
-        status = statuses.watch_status(rw, plan.verdicts[rw.name], plan.hash, rolled_out, now)
+        status = statuses.watch_status(rw, plan.verdicts[rw.name], plan.hash, rolled_out, now, stalled)
         decided[w.Ref("resourcewatches", rw.name, GROUP)] = (rw.status, status)
     for t in snap.tokens:
-        status = statuses.token_status(t, sources[t.name], states[t.name], now)
+        status = statuses.token_status(t, sources[t.name], states[t.name], views[t.name], now)
         decided[w.Ref("webhooktokens", t.name, GROUP)] = (t.status, status)
     patches: list[w.Write] = [
         w.MergePatchStatus(ref, after) for ref, (before, after) in decided.items() if statuses.changed(before, after)
@@ -216,9 +290,34 @@ def _statuses(
 
 
 def _events(
-    snap: observed.Snapshot, edits: dict[str, rotation.Edit], states: States, plan: render.Plan
+    snap: observed.Snapshot,
+    edits: dict[str, rotation.Edit],
+    recovered: States,
+    states: States,
+    decided: dict[w.Ref, dict[str, Any]],
 ) -> tuple[events.Event, ...]:
-    out = [e for t in snap.tokens for e in events.promotion(t.id, t.state, edits[t.name])]
-    out += [e for rw in snap.watches for e in events.watch_transition(rw, plan.verdicts[rw.name])]
-    out += [e for t in snap.tokens for e in events.token_transitions(t.id, t.state, states[t.name])]
+    out: list[events.Event] = []
+    for t in snap.tokens:
+        if recovered[t.name] is not t.state:
+            out += events.state_lost(t.id, tokens.state_secret_name(t.name), recovered[t.name])
+        out += events.promotion(t.id, recovered[t.name], edits[t.name])
+        out += events.token_transitions(t.id, t.status, decided[w.Ref("webhooktokens", t.name, GROUP)])
+        out += events.retirements(t.id, edits[t.name].state, states[t.name])
+    for rw in snap.watches:
+        out += events.watch_transition(rw.id, rw.status, decided[w.Ref("resourcewatches", rw.name, GROUP)])
     return tuple(out)
+
+
+def report(snap: observed.Snapshot, refusals: Sequence[w.Refusal], now: float) -> tuple[w.Write, ...]:
+    """The status and Event for each WebhookToken whose generated Secret the API server refused."""
+    out: list[w.Write] = []
+    for refusal in refusals:
+        t = next((t for t in snap.tokens if t.id.uid == refusal.about.uid), None)
+        if t is None:
+            continue
+        message = f"the API server refused to create its Secret: {refusal.message}"
+        after = statuses.refused(t, message, now)
+        if statuses.changed(t.status, {**t.status, **after}):  # reported once, not on every pass that retries
+            out.append(w.MergePatchStatus(w.Ref("webhooktokens", t.name, GROUP), after))
+            out += [w.PostEvent(events.body(snap.namespace, e, now)) for e in events.refused(t.id, message)]
+    return w.in_order(out)

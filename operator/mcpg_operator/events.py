@@ -1,12 +1,15 @@
 """The Kubernetes Events users see in `kubectl describe`, decided from transitions only. Pure.
 
-Each function compares the state as read with the state decided in this pass, so a pass that changes nothing
-posts nothing, and a restarted operator does not repeat an Event for a transition it already reported.
-Tokens appear only as short digests.
+Each function compares what was read with what this pass decided, so a pass that changes nothing posts
+nothing, and a restarted operator does not repeat an Event for a transition it already reported. An Event's
+name is derived from the object's resourceVersion as read and what the Event says, so two passes (or two
+operators) deciding the same transition from the same read create one Event: the second create is refused
+as a duplicate. Tokens appear only as short digests.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +17,8 @@ from mcpg_operator import conditions as c
 from mcpg_operator import observed, render, rotation
 
 COMPONENT = "mcpg-operator"
+NORMAL_REASONS = frozenset({c.SERVED, c.ROLLING_OUT, c.TOKEN_ROLLED_OUT, c.TOKEN_ROTATING, c.RETIRING_OLD_TOKENS})
+"""Ready reasons on the way to working: reaching one is not worth a Warning."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,40 +31,71 @@ class Event:
 
 
 def promotion(about: observed.Identity, before: rotation.TokenState, edit: rotation.Edit) -> list[Event]:
-    """A Secret edit promoted a new token (and perhaps dropped replaced ones before their retirement)."""
+    """A Secret edit promoted a new token, dropped replaced ones before their retirement, or revoked them all."""
     out = []
-    if edit.state.current != before.current and before.current is not None:
-        new, old = render.token_digest(edit.state.current or ""), render.token_digest(before.current)
+    if edit.state.current != before.current and before.current is not None and edit.state.current is not None:
+        new, old = render.token_digest(edit.state.current), render.token_digest(before.current)
         msg = f"new token {new} promoted; {old} stays valid until the rollout carrying {new} completes"
         out.append(Event(about, "Normal", "TokenPromoted", msg))
     if edit.dropped:
         msg = (
             f"{edit.dropped} replaced token(s) dropped before retirement: more than "
-            f"{rotation.MAX_RETIRING} edits while the gateway was rolling out"
+            f"{rotation.MAX_RETIRING} edits while the gateway was rolling out (tokens a running pod accepts are kept)"
         )
         out.append(Event(about, "Warning", "TooManyRetiringTokens", msg))
+    if edit.revoked:
+        digests = ", ".join(render.token_digest(t) for t in before.tokens())
+        msg = f"its Secret no longer holds a token: {digests} revoked; the gateway refuses them once it has rolled out"
+        out.append(Event(about, "Warning", c.TOKEN_REVOKED, msg))
     return out
 
 
-def token_transitions(about: observed.Identity, before: rotation.TokenState, after: rotation.TokenState) -> list[Event]:
-    """The current token became accepted everywhere; replaced tokens were retired."""
+def state_lost(about: observed.Identity, secret: str, recovered: rotation.TokenState) -> list[Event]:
+    kept = ", ".join(render.token_digest(r.token) for r in recovered.retiring) or "none"
+    msg = (
+        f"rotation state Secret {secret} was missing while gateway pods accept this token; rebuilt it from "
+        f"the running pods: replaced token(s) kept until the rollout carrying the current one completes: {kept}"
+    )
+    return [Event(about, "Warning", "RotationStateLost", msg)]
+
+
+def token_transitions(about: observed.Identity, before: dict[str, Any], after: dict[str, Any]) -> list[Event]:
+    """The current token became accepted by every available pod, or the token went wrong."""
+    accepted = _condition(after, c.TOKEN_ACCEPTED)
     out = []
-    if after.current_accepted_at is not None and before.current_accepted_at is None and after.current:
-        msg = f"every gateway pod accepts token {render.token_digest(after.current)}"
-        out.append(Event(about, "Normal", "TokenAccepted", msg))
+    if accepted.get("status") == "True" and _condition(before, c.TOKEN_ACCEPTED).get("status") != "True":
+        digest = str(after.get("currentDigest"))
+        out.append(Event(about, "Normal", "TokenAccepted", f"every available gateway pod accepts token {digest}"))
+    return out + _warning(about, before, after)
+
+
+def retirements(about: observed.Identity, before: rotation.TokenState, after: rotation.TokenState) -> list[Event]:
+    """Replaced tokens retired this pass (their replacement rolled out, and the grace period passed)."""
     gone = {r.token for r in before.retiring} - {r.token for r in after.retiring} - {after.current}
-    for token in sorted(gone):
-        msg = f"token {render.token_digest(token)} retired; the gateway rolls out without it"
-        out.append(Event(about, "Normal", "TokenRetired", msg))
-    return out
+    message = "token {} retired; the gateway rolls out without it"
+    return [Event(about, "Normal", "TokenRetired", message.format(render.token_digest(t))) for t in sorted(gone)]
 
 
-def watch_transition(rw: observed.Watch, verdict: render.Verdict) -> list[Event]:
-    """A watch left out of the gateway, for a reason its Ready condition did not already show."""
-    ready: dict[str, Any] = next((x for x in rw.status.get("conditions", []) if x.get("type") == c.READY), {})
-    if verdict.served or ready.get("reason") == verdict.reason:
+def watch_transition(about: observed.Identity, before: dict[str, Any], after: dict[str, Any]) -> list[Event]:
+    """A watch left out of the gateway, or stuck, for a reason its Ready condition did not already show."""
+    return _warning(about, before, after)
+
+
+def refused(about: observed.Identity, message: str) -> list[Event]:
+    return [Event(about, "Warning", c.SECRET_REFUSED, message)]
+
+
+def _warning(about: observed.Identity, before: dict[str, Any], after: dict[str, Any]) -> list[Event]:
+    ready = _condition(after, c.READY)
+    reason = ready.get("reason")
+    if ready.get("status") == "True" or reason in NORMAL_REASONS or reason == _condition(before, c.READY).get("reason"):
         return []
-    return [Event(rw.id, "Warning", verdict.reason, verdict.message)]
+    return [Event(about, "Warning", str(reason), str(ready.get("message", "")))]
+
+
+def _condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
+    found: dict[str, Any] = next((x for x in status.get("conditions", []) if x.get("type") == type_), {})
+    return found
 
 
 def body(namespace: str, event: Event, now: float) -> dict[str, Any]:
@@ -68,7 +104,7 @@ def body(namespace: str, event: Event, now: float) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Event",
-        "metadata": {"generateName": f"{about.name}.", "namespace": namespace},
+        "metadata": {"name": name(event), "namespace": namespace},
         "involvedObject": {
             "apiVersion": about.api_version,
             "kind": about.kind,
@@ -86,3 +122,10 @@ def body(namespace: str, event: Event, now: float) -> dict[str, Any]:
         "lastTimestamp": stamp,
         "count": 1,
     }
+
+
+def name(event: Event) -> str:
+    """`<object>.<digest>`: the same transition decided from the same read has the same name."""
+    about = event.about
+    key = "\n".join((about.uid, about.resource_version, event.reason, event.message))
+    return f"{about.name[:200]}.{hashlib.sha256(key.encode()).hexdigest()[:16]}"

@@ -7,6 +7,7 @@ no-op and fields that others own (the Deployment controller's status, a user's l
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any, Protocol
 
@@ -15,6 +16,24 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 FIELD_MANAGER = "mcpg-operator"
 _OBJECT = {200: "object", 201: "object"}
+
+
+class Refused(Exception):
+    """The API server refused a write as invalid or forbidden (400, 403, 422): sending it again will not help.
+
+    `message` is the API server's own, which names the object and the field.
+    """
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status, self.reason, self.message = status, reason, message
+
+
+class NamespaceTerminating(Refused):
+    """The namespace is being deleted: nothing can be created in it, and nothing needs to be."""
+
+
+REFUSED_STATUSES = frozenset({400, 403, 422})
 
 
 class Client(Protocol):
@@ -65,16 +84,21 @@ class Kube:
         headers = {"Accept": "application/json"}
         if ctype:
             headers["Content-Type"] = ctype
-        return await self.api.call_api(
-            path,
-            method,
-            query_params=query or [],
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
-            response_types_map=_OBJECT,
-            _return_http_data_only=True,
-        )
+        try:
+            return await self.api.call_api(
+                path,
+                method,
+                query_params=query or [],
+                header_params=headers,
+                body=body,
+                auth_settings=["BearerToken"],
+                response_types_map=_OBJECT,
+                _return_http_data_only=True,
+            )
+        except ApiException as e:
+            if e.status in REFUSED_STATUSES:
+                raise refusal(e.status, e.body) from None  # the API's message says it all; no traceback
+            raise
 
     async def get(self, path: str) -> dict[str, Any] | None:
         try:
@@ -121,6 +145,21 @@ class Kube:
         except ApiException as e:
             if e.status != 404:
                 raise
+
+
+def refusal(status: int, body: Any) -> Refused:
+    """The `Refused` an API server's Status body describes (body as bytes, text or None)."""
+    try:
+        parsed = json.loads(body) if body else {}
+    except (TypeError, ValueError):
+        parsed = {}
+    if not isinstance(parsed, dict):
+        parsed = {}
+    reason, message = str(parsed.get("reason", "")), str(parsed.get("message", "")) or str(body or "")[:500]
+    causes = (parsed.get("details") or {}).get("causes") or []
+    if any(isinstance(x, dict) and x.get("reason") == "NamespaceTerminating" for x in causes):
+        return NamespaceTerminating(status, reason, message)
+    return Refused(status, reason, message)
 
 
 def ns_path(namespace: str, plural: str, name: str | None = None, group: str | None = None) -> str:

@@ -25,6 +25,9 @@ MANAGED = {"app.kubernetes.io/managed-by": "mcpg-operator", "app.kubernetes.io/p
 SELECTOR = {"app.kubernetes.io/name": NAME}
 PUBLIC_PORT, ADMIN_PORT = 8080, 9090
 CONFIG_DIR = "/etc/mcpg"
+CONFIG_KEY = "gateway.yaml"
+SECRET_SIZE_LIMIT = 1024 * 1024
+"""The API server refuses a Secret whose data (decoded) adds up to more than 1 MiB."""
 
 
 def owner_references(watches: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
@@ -58,15 +61,24 @@ def config_secret_name(config_hash: str) -> str:
 def config_secret(
     namespace: str, config: dict[str, Any], config_hash: str, owners: list[dict[str, Any]]
 ) -> dict[str, Any]:
-    text = yaml.safe_dump(config, sort_keys=True)
+    text = config_text(config)
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": _meta(config_secret_name(config_hash), namespace, owners, **{HASH_LABEL: config_hash[:16]}),
         "type": "Opaque",
         "immutable": True,
-        "data": {"gateway.yaml": base64.b64encode(text.encode()).decode()},
+        "data": {CONFIG_KEY: base64.b64encode(text.encode()).decode()},
     }
+
+
+def config_text(config: dict[str, Any]) -> str:
+    """The configuration as the gateway reads it (and as its size counts against the Secret limit).
+
+    libyaml's emitter where the wheel has it: every pass renders (and measures) the configuration.
+    """
+    text: str = yaml.dump(config, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=True)
+    return text
 
 
 def service_account(namespace: str, owners: list[dict[str, Any]]) -> dict[str, Any]:
@@ -155,7 +167,7 @@ def _container(defaults: GatewayDefaults) -> dict[str, Any]:
         "name": "gateway",
         "image": defaults.image,
         "imagePullPolicy": defaults.image_pull_policy,
-        "args": ["--config", f"{CONFIG_DIR}/gateway.yaml", "--port", str(PUBLIC_PORT), "--admin-port", str(ADMIN_PORT)],
+        "args": ["--config", f"{CONFIG_DIR}/{CONFIG_KEY}", "--port", str(PUBLIC_PORT), "--admin-port", str(ADMIN_PORT)],
         "ports": [
             {"name": "http", "containerPort": PUBLIC_PORT, "protocol": "TCP"},
             {"name": "admin", "containerPort": ADMIN_PORT, "protocol": "TCP"},

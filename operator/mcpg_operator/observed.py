@@ -32,6 +32,8 @@ class Identity:
     generation: int = 0
     created: str = ""
     """creationTimestamp (RFC 3339, so it sorts in time order)."""
+    resource_version: str = ""
+    """The version read: Events are named from it, so two passes deciding from the same read post one Event."""
 
     def owner_reference(self) -> dict[str, Any]:
         """This object as the controller owner of another; blockOwnerDeletion is off (no finalizer rights needed)."""
@@ -66,6 +68,8 @@ class Token:
     spec: dict[str, Any]
     status: dict[str, Any]
     state: rotation.TokenState
+    state_saved: bool = True
+    """Its rotation-state Secret exists. Missing while pods carry its tokens means the state was lost."""
 
     @property
     def name(self) -> str:
@@ -104,6 +108,8 @@ class Deployment:
     config_secret: str | None
     rollout_complete: bool
     applied: Applied
+    stalled: tuple[str, str] | None = None
+    """(reason, message) of a Progressing=False condition: the controller gave up on the rollout."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +117,10 @@ class ReplicaSet:
     name: str
     secrets: frozenset[str]
     """Every Secret its pod template mounts: the configuration its pods started with."""
+    config_secret: str | None = None
+    """The configuration Secret its pods run (the volume named `config`)."""
+    available: int = 0
+    """Its pods that are available: they serve traffic, with the configuration in `config_secret`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +141,19 @@ class Snapshot:
 
     def secret_data(self) -> SecretData:
         return {s.name: dict(s.data) for s in self.secrets}
+
+    def serving_configs(self) -> tuple[str | None, ...]:
+        """The configuration text run by each ReplicaSet with an available pod (None: its Secret is gone).
+
+        This is what senders reach right now, whatever the Deployment's template says: the ground truth for
+        which tokens are accepted.
+        """
+        serving = [rs for rs in self.replicasets if rs.available > 0]
+        return tuple(self._config_text(rs.config_secret) for rs in serving)
+
+    def _config_text(self, name: str | None) -> str | None:
+        found = self.secret(name) if name else None
+        return found.data.get(objects.CONFIG_KEY) if found else None
 
 
 def snapshot(
@@ -168,6 +191,7 @@ def identity(obj: Mapping[str, Any]) -> Identity:
         meta["uid"],
         meta.get("generation", 0),
         meta.get("creationTimestamp", ""),
+        meta.get("resourceVersion", ""),
     )
 
 
@@ -176,8 +200,9 @@ def watch(obj: Mapping[str, Any]) -> Watch:
 
 
 def token(obj: Mapping[str, Any], secrets: Mapping[str, Mapping[str, str]]) -> Token:
-    state = tokens.parse_state(secrets.get(tokens.state_secret_name(obj["metadata"]["name"])))
-    return Token(identity(obj), copy.deepcopy(obj.get("spec") or {}), copy.deepcopy(obj.get("status") or {}), state)
+    saved = secrets.get(tokens.state_secret_name(obj["metadata"]["name"]))
+    spec, status = copy.deepcopy(obj.get("spec") or {}), copy.deepcopy(obj.get("status") or {})
+    return Token(identity(obj), spec, status, tokens.parse_state(saved), saved is not None)
 
 
 def secret(obj: Mapping[str, Any]) -> Secret:
@@ -199,15 +224,35 @@ def decode(obj: Mapping[str, Any]) -> dict[str, str]:
 def gateway_deployment(obj: Mapping[str, Any]) -> Deployment:
     template = obj.get("spec", {}).get("template", {})
     annotations = template.get("metadata", {}).get("annotations") or {}
-    config = next((v["secret"]["secretName"] for v in _volumes(template) if v.get("name") == "config"), None)
     return Deployment(
-        annotations.get(objects.HASH_ANNOTATION), config, rollout_complete(dict(obj)), Applied(copy.deepcopy(dict(obj)))
+        annotations.get(objects.HASH_ANNOTATION),
+        _config_volume(template),
+        rollout_complete(dict(obj)),
+        Applied(copy.deepcopy(dict(obj))),
+        _stalled(obj),
     )
+
+
+def _stalled(obj: Mapping[str, Any]) -> tuple[str, str] | None:
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    progressing = next((x for x in conditions if x.get("type") == "Progressing"), None)
+    if progressing is None or progressing.get("status") != "False":
+        return None
+    return str(progressing.get("reason", "")), str(progressing.get("message", ""))
 
 
 def replicaset(obj: Mapping[str, Any]) -> ReplicaSet:
     template = obj.get("spec", {}).get("template", {})
-    return ReplicaSet(obj["metadata"]["name"], frozenset(v["secret"]["secretName"] for v in _volumes(template)))
+    return ReplicaSet(
+        obj["metadata"]["name"],
+        frozenset(v["secret"]["secretName"] for v in _volumes(template)),
+        _config_volume(template),
+        int((obj.get("status") or {}).get("availableReplicas") or 0),
+    )
+
+
+def _config_volume(template: Mapping[str, Any]) -> str | None:
+    return next((v["secret"]["secretName"] for v in _volumes(template) if v.get("name") == "config"), None)
 
 
 def _volumes(template: Mapping[str, Any]) -> list[dict[str, Any]]:

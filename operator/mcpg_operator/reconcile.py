@@ -40,12 +40,15 @@ async def reconcile(
     token: Callable[[], str] = new_token,
 ) -> Outcome:
     snapshot = await read.read(kube, namespace)
-    decided = decision.decide(snapshot, defaults, clock(), token)
-    await write.execute(kube, namespace, decided.writes)
+    now = clock()
+    decided = decision.decide(snapshot, defaults, now, token)
+    refusals = await write.execute(kube, namespace, decided.writes)
+    if refusals:  # report each on its object; the rest of the namespace was written as decided
+        await write.execute(kube, namespace, decision.report(snapshot, refusals, now))
     return Outcome(
         served=sum(v.served for v in decided.plan.verdicts.values()),
         config_hash=decided.plan.hash if snapshot.watches else None,
         rollout_complete=decided.rollout_complete,
         next_check_s=decided.next_check_s,
-        rerun=decided.rerun,
+        rerun=decided.rerun and not refusals,
     )

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+import logging
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,9 +21,11 @@ from pydantic import ValidationError
 
 from mcpg_gateway.contract import check, config
 from mcpg_operator import conditions as c
-from mcpg_operator import models, observed, rotation
+from mcpg_operator import models, objects, observed, rotation
 from mcpg_operator.observed import SecretData
 from mcpg_operator.settings import GatewayDefaults
+
+logger = logging.getLogger(__name__)
 
 TokenStates = Mapping[str, rotation.TokenState]
 """WebhookToken name -> the rotation state to render its webhooks from."""
@@ -72,26 +76,150 @@ AUTH_SECRET, AUTH_KEY = "mcpg-gateway-auth", "auth.yaml"
 def plan(
     watches: Sequence[observed.Watch], tokens: TokenStates, secrets: SecretData, defaults: GatewayDefaults
 ) -> Plan:
+    """Every watch's verdict, and the configuration of those served: one the gateway would start on.
+
+    Each watch is rendered alone first (in creation order, so conflicts go to the later one); then the whole
+    configuration is asked the gateway's start-up question, and its size is held under the Secret limit. A
+    watch the gateway would refuse is left out with the reason, never rendered, so it cannot stop the others.
+    """
     auth, auth_problem = _auth(secrets)
-    out = Plan(config={})
-    entries: dict[str, list[dict[str, Any]]] = {"resources": [], "resource_templates": []}
-    uri_owner: dict[str, str] = {}
-    token_owner: dict[str, str] = {}
+    rendered = _Rendered()
+    claims = _Claims()
     for rw in sorted(watches, key=lambda w: (w.id.created, w.name)):
-        verdict, kind, entry = _one(rw, tokens, secrets, defaults, uri_owner, token_owner)
+        rendered.verdicts[rw.name], kind, entry = _isolated(rw, tokens, secrets, defaults, claims)
         if entry is not None:
-            entries[kind].append(entry)
-            if auth_problem:
-                verdict = Verdict(False, c.INVALID_AUTH, auth_problem, False, verdict.strategy, verdict.uri)
-        out.verdicts[rw.name] = verdict
-    out.config = _gateway_config(entries, defaults, auth)
-    return out
+            rendered.add(rw.name, kind, entry)
+    _refuse_what_the_gateway_would(rendered, defaults, auth)
+    _refuse_what_does_not_fit(rendered, defaults, auth)
+    if auth_problem:
+        rendered.mark_served(lambda v: Verdict(False, c.INVALID_AUTH, auth_problem, False, v.strategy, v.uri))
+    return Plan(rendered.config(defaults, auth), rendered.verdicts)
+
+
+@dataclass
+class _Rendered:
+    """The entries rendered so far, each with the watch it came from, and every watch's verdict."""
+
+    verdicts: dict[str, Verdict] = field(default_factory=dict)
+    entries: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+    """(watch name, kind, entry), in creation order."""
+
+    def add(self, watch: str, kind: str, entry: dict[str, Any]) -> None:
+        self.entries.append((watch, kind, entry))
+
+    def config(self, defaults: GatewayDefaults, auth: dict[str, Any] | None) -> dict[str, Any]:
+        by_kind: dict[str, list[dict[str, Any]]] = {"resources": [], "resource_templates": []}
+        for _, kind, entry in self.entries:
+            by_kind[kind].append(entry)
+        return _gateway_config(by_kind, defaults, auth)
+
+    def watch_at(self, kind: str, index: int) -> str | None:
+        """The watch whose entry is `kind[index]` in `config()`."""
+        of_kind = [name for name, k, _ in self.entries if k == kind]
+        return of_kind[index] if index < len(of_kind) else None
+
+    def refuse(self, watch: str, reason: str, message: str) -> None:
+        self.entries = [e for e in self.entries if e[0] != watch]
+        v = self.verdicts[watch]
+        self.verdicts[watch] = Verdict(False, reason, message, True, v.strategy, v.uri)
+
+    def mark_served(self, verdict: Callable[[Verdict], Verdict]) -> None:
+        rendered = {name for name, _, _ in self.entries}
+        for name in rendered:
+            self.verdicts[name] = verdict(self.verdicts[name])
+
+
+@dataclass
+class _Claims:
+    """What the watches rendered so far hold: a URI, a resource name, a token (by digest) each have one owner."""
+
+    uris: dict[str, str] = field(default_factory=dict)
+    names: dict[str, str] = field(default_factory=dict)
+    tokens: dict[str, str] = field(default_factory=dict)
+
+
+_ENTRY_PATH = re.compile(r"^mcp\.capabilities\.(resources|resource_templates)\[(\d+)\]\.?(.*)$")
+
+
+def _refuse_what_the_gateway_would(rendered: _Rendered, defaults: GatewayDefaults, auth: dict[str, Any] | None) -> None:
+    """Ask the gateway's own start-up check about the whole configuration; leave out each watch it names.
+
+    Rules that relate entries to each other (and the plugins the gateway image has) can only be checked here.
+    Each round removes at least one entry, so this ends.
+    """
+    while problems := check.problems(rendered.config(defaults, auth), environ={}, plugin_kinds=defaults.plugin_kinds):
+        at_fault: dict[str, list[str]] = {}
+        for problem in problems:
+            match = _ENTRY_PATH.match(problem.path)
+            watch = rendered.watch_at(match[1], int(match[2])) if match else None
+            if match is None or watch is None:  # the gateway section: no watch can fix it, so none is served
+                for name, _, _ in list(rendered.entries):
+                    rendered.refuse(name, c.INVALID_SPEC, f"the gateway configuration is invalid: {problem}")
+                return
+            at_fault.setdefault(watch, []).append(f"{match[3] or 'entry'}: {problem.message}")
+        for watch, messages in at_fault.items():
+            rendered.refuse(watch, c.INVALID_SPEC, "; ".join(messages))
+
+
+def _refuse_what_does_not_fit(rendered: _Rendered, defaults: GatewayDefaults, auth: dict[str, Any] | None) -> None:
+    """Keep the configuration within one Secret: first come, first served, like every other claim.
+
+    Watches are taken in creation order and each one that would push the configuration over the limit is left
+    out, so a watch added later is served if it still fits. Entry sizes are estimated from each entry alone;
+    the final size is measured exactly, and if the estimate was short, the latest watches go until it fits.
+    """
+    limit = objects.SECRET_SIZE_LIMIT
+    if _size(rendered, defaults, auth) <= limit:
+        return
+    used = len(objects.config_text(_gateway_config({}, defaults, auth)).encode())
+    for watch, _, entry in list(rendered.entries):
+        cost = _entry_size(entry)
+        if used + cost > limit:
+            rendered.refuse(watch, c.CONFIG_TOO_LARGE, _too_large(used + cost, limit))
+        else:
+            used += cost
+    while rendered.entries and (size := _size(rendered, defaults, auth)) > limit:
+        rendered.refuse(rendered.entries[-1][0], c.CONFIG_TOO_LARGE, _too_large(size, limit))
+
+
+def _size(rendered: _Rendered, defaults: GatewayDefaults, auth: dict[str, Any] | None) -> int:
+    return len(objects.config_text(rendered.config(defaults, auth)).encode())
+
+
+def _entry_size(entry: dict[str, Any]) -> int:
+    """About what `entry` adds to the configuration's text: its own text, each line indented under its list."""
+    text = objects.config_text({"x": [entry]})
+    return len(text.encode()) + 4 * text.count("\n")
+
+
+def _too_large(size: int, limit: int) -> str:
+    return (
+        f"with this watch the gateway configuration would be about {size} bytes, over the {limit}-byte limit of "
+        "a Secret, so it is left out: make its spec smaller, or move watches to another namespace"
+    )
 
 
 def rendered_tokens(config: Mapping[str, Any]) -> frozenset[str]:
     """Every webhook token the configuration accepts: what a rollout of it carries to the gateway's pods."""
+    return frozenset(t for entry_tokens in tokens_by_entry(config).values() for t in entry_tokens)
+
+
+def tokens_by_entry(config: Mapping[str, Any]) -> dict[str, frozenset[str]]:
+    """Resource name -> the webhook tokens the configuration accepts for it."""
     capabilities = config["mcp"]["capabilities"]
-    return frozenset(t for kind in capabilities.values() for entry in kind for t in _tokens_of(entry))
+    return {entry["name"]: frozenset(_tokens_of(entry)) for kind in capabilities.values() for entry in kind}
+
+
+def parse_config(text: str | None) -> dict[str, Any] | None:
+    """A configuration as read back from its Secret; None if it is gone or not one the operator wrote."""
+    try:
+        # libyaml's loader where the wheel has it: a pass reads one configuration per serving ReplicaSet.
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        loaded = yaml.load(text, Loader=loader) if text is not None else None  # noqa: S506 - a safe loader
+    except yaml.YAMLError:
+        return None
+    ok = isinstance(loaded, dict) and isinstance((loaded.get("mcp") or {}).get("capabilities"), dict)
+    return loaded if ok else None
 
 
 def _auth(secrets: SecretData) -> tuple[dict[str, Any] | None, str | None]:
@@ -112,13 +240,20 @@ def _auth(secrets: SecretData) -> tuple[dict[str, Any] | None, str | None]:
     return auth, None
 
 
+def _isolated(
+    rw: observed.Watch, tokens: TokenStates, secrets: SecretData, defaults: GatewayDefaults, claims: _Claims
+) -> tuple[Verdict, str, dict[str, Any] | None]:
+    """`_one`, behind an isolation boundary: a watch the renderer cannot handle is left out, never the namespace."""
+    try:
+        return _one(rw, tokens, secrets, defaults, claims)
+    except Exception as e:  # a bug here must cost one watch, not every watch of the namespace
+        logger.exception("rendering ResourceWatch %s failed", rw.name)
+        message = f"the operator could not render this watch ({type(e).__name__}); see the operator log"
+        return Verdict(False, c.INVALID_SPEC, message, stalled=True), "", None
+
+
 def _one(
-    rw: observed.Watch,
-    tokens: TokenStates,
-    secrets: SecretData,
-    defaults: GatewayDefaults,
-    uri_owner: dict[str, str],
-    token_owner: dict[str, str],
+    rw: observed.Watch, tokens: TokenStates, secrets: SecretData, defaults: GatewayDefaults, claims: _Claims
 ) -> tuple[Verdict, str, dict[str, Any] | None]:
     try:
         spec = models.ResourceWatchSpec.model_validate(rw.spec)
@@ -138,16 +273,20 @@ def _one(
     problems = _contract_problems(kind, entry, defaults)
     if problems:
         return refused(c.INVALID_SPEC, "; ".join(problems), stalled=True)
-    if spec.address in uri_owner:
-        msg = f"URI {spec.address} is already served by ResourceWatch {uri_owner[spec.address]}"
+    if spec.address in claims.uris:
+        msg = f"URI {spec.address} is already served by ResourceWatch {claims.uris[spec.address]}"
         return refused(c.URI_CONFLICT, msg)
+    if entry["name"] in claims.names:
+        where = "spec.name" if spec.name else "its name (the default for spec.name)"
+        msg = f"{where} {entry['name']!r} is already used by ResourceWatch {claims.names[entry['name']]}"
+        return refused(c.NAME_CONFLICT, msg)
     entry_tokens = [hashlib.sha256(t.encode()).hexdigest() for t in _tokens_of(entry)]
-    clash = next((token_owner[d] for d in entry_tokens if d in token_owner), None)
+    clash = next((claims.tokens[d] for d in entry_tokens if d in claims.tokens), None)
     if clash is not None:
         msg = f"its webhook token is already used by ResourceWatch {clash}; one token maps to one URI"
         return refused(c.TOKEN_CONFLICT, msg)
-    uri_owner[spec.address] = rw.name
-    token_owner.update(dict.fromkeys(entry_tokens, rw.name))
+    claims.uris[spec.address] = claims.names[entry["name"]] = rw.name
+    claims.tokens.update(dict.fromkeys(entry_tokens, rw.name))
     return Verdict(True, c.SERVED, f"served by the gateway as {uri}", False, strategy, uri), kind, entry
 
 
@@ -223,8 +362,8 @@ def _secret(secrets: SecretData, ref: models.SecretKeyRef) -> str:
 
 
 def _tokens_of(entry: Mapping[str, Any]) -> list[str]:
-    strategy = entry["watch"]["strategy"]
-    if strategy["type"] != "webhook":
+    strategy = (entry.get("watch") or {}).get("strategy") or {}
+    if strategy.get("type") != "webhook":
         return []
     return [strategy["token"], *strategy["previous_tokens"]]
 
@@ -232,11 +371,11 @@ def _tokens_of(entry: Mapping[str, Any]) -> list[str]:
 def _contract_problems(kind: str, entry: dict[str, Any], defaults: GatewayDefaults) -> list[str]:
     # The gateway's own check, on this entry alone (with the gateway section it will get, for the NATS server).
     # No environment: the operator resolves every secret itself, so a ${env.X} left in a field is an error.
-    # The CEL is compiled too: a bad expression must never reach a gateway pod. Which plugins are installed is
-    # the gateway image's business, so plugin kinds are not checked here.
+    # The CEL is compiled too: a bad expression must never reach a gateway pod. The plugin kinds are the ones
+    # the operator is told the gateway image installs.
     raw = _gateway_config({kind: [entry]}, defaults, None)
     prefix = f"mcp.capabilities.{kind}[0]."
-    return [str(p).removeprefix(prefix) for p in check.problems(raw, environ={}, plugin_kinds=None)]
+    return [str(p).removeprefix(prefix) for p in check.problems(raw, environ={}, plugin_kinds=defaults.plugin_kinds)]
 
 
 def _first_errors(e: ValidationError, limit: int = 3) -> str:

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 MAX_RETIRING = 8
-"""Edits in a row keep every not-yet-retired token, up to this many; beyond it the oldest is dropped (and reported)."""
+"""Edits in a row keep every not-yet-retired token, up to this many. Beyond it the oldest token that no available
+pod accepts is dropped (and reported); a token an available pod accepts is never dropped for the cap."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,19 +41,49 @@ class Edit:
     state: TokenState
     dropped: int = 0
     """Retiring tokens dropped early because more than MAX_RETIRING edits piled up."""
+    revoked: int = 0
+    """Tokens dropped at once because the Secret no longer holds a token (see `revoke`)."""
 
 
-def observe_secret(state: TokenState, value: str | None, now: float) -> Edit:
-    """The Secret now holds `value`. A new value is promoted; the old current starts retiring."""
-    if not value or value == state.current:
+def observe_secret(state: TokenState, value: str | None, now: float, pinned: frozenset[str] = frozenset()) -> Edit:
+    """The Secret now holds `value`. A new value is promoted; the old current starts retiring.
+
+    `pinned`: the tokens some available pod accepts now. They are never dropped to keep within MAX_RETIRING.
+    No value (the Secret or its key is gone) is a revocation: see `revoke`.
+    """
+    if not value:
+        return revoke(state)
+    if value == state.current:
         return Edit(state)
     if state.current is None:
         return Edit(TokenState(current=value))
     # Reverting to a token that is still retiring promotes it again rather than listing it twice.
     kept = [r for r in state.retiring if r.token != value]
-    retiring = [*kept, Retiring(state.current, now)]
-    dropped = max(0, len(retiring) - MAX_RETIRING)
-    return Edit(TokenState(current=value, retiring=tuple(retiring[dropped:])), dropped)
+    retiring, dropped = _within_cap([*kept, Retiring(state.current, now)], pinned)
+    return Edit(TokenState(current=value, retiring=retiring), dropped)
+
+
+def revoke(state: TokenState) -> Edit:
+    """Someone deleted the token's Secret (or its key): no token of it is accepted once the gateway rolls out.
+
+    Deleting a Secret is how a leaked token is revoked, so nothing is kept retiring: rotation (a new value in
+    the same Secret) is the way to replace a token without refusing anyone.
+    """
+    if not state.tokens():
+        return Edit(state)
+    return Edit(TokenState(), revoked=len(state.tokens()))
+
+
+def _within_cap(retiring: list[Retiring], pinned: frozenset[str]) -> tuple[tuple[Retiring, ...], int]:
+    """Drop the oldest retiring tokens no available pod accepts until at most MAX_RETIRING remain."""
+    excess = len(retiring) - MAX_RETIRING
+    out = []
+    for r in retiring:  # oldest first
+        if excess > 0 and r.token not in pinned:
+            excess -= 1
+            continue
+        out.append(r)
+    return tuple(out), len(retiring) - len(out)
 
 
 def observe_rollout(state: TokenState, complete: bool, now: float) -> TokenState:
@@ -65,6 +96,18 @@ def observe_rollout(state: TokenState, complete: bool, now: float) -> TokenState
     return replace(
         state,
         current_accepted_at=state.current_accepted_at or now,
+        retiring=tuple(r if r.rolled_out_at is not None else replace(r, rolled_out_at=now) for r in state.retiring),
+    )
+
+
+def release(state: TokenState, now: float) -> TokenState:
+    """No rendered configuration carries the current token (no served watch uses it), so no rollout can.
+
+    Its replaced tokens wait for no rollout (just the grace period), and the current one is accepted nowhere.
+    """
+    return replace(
+        state,
+        current_accepted_at=None,
         retiring=tuple(r if r.rolled_out_at is not None else replace(r, rolled_out_at=now) for r in state.retiring),
     )
 

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from mcpg_operator.kube import NamespaceTerminating, Refused
 from mcpg_operator.reconcile import Outcome
 
 logger = logging.getLogger(__name__)
@@ -68,17 +69,27 @@ class Scheduler:
                 ns.last = await self._run(namespace)
             except asyncio.CancelledError:
                 raise
-            except Exception:  # isolation boundary: one namespace's failure must not stop the others
-                delay = BACKOFF_S[min(ns.failures, len(BACKOFF_S) - 1)]
-                ns.failures += 1
-                logger.exception("reconcile of namespace %s failed; retrying in %.0fs", namespace, delay)
-                self._later(namespace, ns, delay)
+            except NamespaceTerminating:
+                # Everything in it is being deleted, the operator's objects included: nothing left to do.
+                logger.info("namespace %s is being deleted; not reconciling it", namespace)
+                break
+            except Exception as e:  # isolation boundary: one namespace's failure must not stop the others
+                self._failed(namespace, ns, e)
                 return
             ns.failures = 0
             ns.dirty = ns.dirty or ns.last.rerun
             if ns.last.next_check_s is not None:
                 self._later(namespace, ns, ns.last.next_check_s + 0.05)
         ns.done.set()
+
+    def _failed(self, namespace: str, ns: _Namespace, error: Exception) -> None:
+        delay = BACKOFF_S[min(ns.failures, len(BACKOFF_S) - 1)]
+        ns.failures += 1
+        if isinstance(error, Refused):  # the API server's message says what is wrong; a traceback would not
+            logger.error("reconcile of namespace %s failed: %s; retrying in %.0fs", namespace, error, delay)
+        else:
+            logger.error("reconcile of namespace %s failed; retrying in %.0fs", namespace, delay, exc_info=error)
+        self._later(namespace, ns, delay)
 
     async def close(self) -> None:
         for ns in self._namespaces.values():

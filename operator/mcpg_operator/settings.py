@@ -35,6 +35,8 @@ class GatewayDefaults(BaseModel):
     admin_token_secret: str | None = None
     """Name of a Secret (key `token`) in each gateway namespace; unset leaves the admin API disabled."""
     nats_url: str | None = None
+    plugin_kinds: list[str] = Field(default_factory=list)
+    """The watch-strategy plugin kinds the gateway image installs; a watch naming another kind is refused."""
     log_format: str = "json"
     service_type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = "ClusterIP"
     http_node_port: int | None = Field(default=None, ge=30000, le=32767)
@@ -53,7 +55,9 @@ class OperatorSettings:
     gateway: GatewayDefaults = field(default_factory=GatewayDefaults)
 
 
-_JSON_FIELDS = frozenset({"replicas", "resources", "allowed_origins", "http_node_port", "admin_node_port"})
+_JSON_FIELDS = frozenset(
+    {"replicas", "resources", "allowed_origins", "plugin_kinds", "http_node_port", "admin_node_port"}
+)
 
 
 def load(env: Mapping[str, str] | None = None) -> OperatorSettings:

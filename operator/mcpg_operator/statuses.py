@@ -1,29 +1,56 @@
 """Status of ResourceWatches and WebhookTokens, computed from scratch on every pass. Pure.
 
 A status is written only when it differs from the one read (`changed`), so watching our own status writes
-converges instead of looping. Tokens appear only as short SHA-256 digests.
+converges instead of looping. Tokens appear only as short SHA-256 digests. What a status claims is what was
+observed: `TokenAccepted` is true only when every available gateway pod runs a configuration holding the
+current token, and a rollout the Deployment controller gave up on is reported as Stalled, with its reason.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from mcpg_operator import conditions as c
 from mcpg_operator import observed, render, rotation, tokens
 
+Stalled = tuple[str, str] | None
+"""(reason, message) of the gateway Deployment's failed Progressing condition, if it has one."""
+
+
+@dataclass(frozen=True, slots=True)
+class TokenView:
+    """What a WebhookToken's status needs beyond its own state: what the gateway's pods really do with it."""
+
+    accepted: bool
+    """Every available gateway pod runs a configuration that holds the current token."""
+    carried: bool
+    """The configuration being rolled out holds the current token (some served watch uses it)."""
+    not_carried_message: str = ""
+    """Why no served watch uses it, when it is not carried."""
+    rollout_stalled: Stalled = None
+
 
 def watch_status(
-    rw: observed.Watch, verdict: render.Verdict, config_hash: str, rolled_out: bool, now: float
+    rw: observed.Watch,
+    verdict: render.Verdict,
+    config_hash: str,
+    rolled_out: bool,
+    now: float,
+    rollout_stalled: Stalled = None,
 ) -> dict[str, Any]:
     gen = rw.id.generation
     conds = list(rw.status.get("conditions", []))
     ready = verdict.served and rolled_out
-    reason, message = verdict.reason, verdict.message
+    reason, message, stalled = verdict.reason, verdict.message, verdict.stalled
     if verdict.served and not rolled_out:
         reason, message = c.ROLLING_OUT, "waiting for the gateway rollout that carries this watch to complete"
+        if rollout_stalled is not None:
+            reason, message, stalled = _stalled_rollout(rollout_stalled)
+    reconciling = verdict.served and not rolled_out and not stalled
     conds = c.set_condition(conds, c.READY, ready, reason, message, gen, now)
-    conds = c.set_condition(conds, c.RECONCILING, verdict.served and not rolled_out, reason, message, gen, now)
-    conds = c.set_stalled(conds, verdict.stalled, reason, message, gen, now)
+    conds = c.set_condition(conds, c.RECONCILING, reconciling, reason, message, gen, now)
+    conds = c.set_stalled(conds, stalled, reason, message, gen, now)
     # Every field is always present: the status is merge-patched, and None is what removes a stale value.
     return {
         "observedGeneration": gen,
@@ -34,16 +61,20 @@ def watch_status(
     }
 
 
-def token_status(wt: observed.Token, src: tokens.Source, state: rotation.TokenState, now: float) -> dict[str, Any]:
+def token_status(
+    wt: observed.Token, src: tokens.Source, state: rotation.TokenState, view: TokenView, now: float
+) -> dict[str, Any]:
     gen = wt.id.generation
     conds = list(wt.status.get("conditions", []))
-    phase, ready, reason, message = _token_phase(src, state)
+    refusal = _refusal(wt, src)
+    phase, ready, reason, message = ("Error", False, c.SECRET_REFUSED, refusal) if refusal else _phase(src, state, view)
     conds = c.set_condition(conds, c.READY, ready, reason, message, gen, now)
-    accepted = state.current_accepted_at is not None
-    accept_msg = "every gateway pod accepts the current token" if accepted else message
-    accept_reason = c.TOKEN_ROLLED_OUT if accepted else reason
-    conds = c.set_condition(conds, c.TOKEN_ACCEPTED, accepted, accept_reason, accept_msg, gen, now)
-    conds = c.set_stalled(conds, src.spec is None, c.INVALID_SPEC, str(src.spec_error), gen, now)
+    accept_msg = "every available gateway pod accepts the current token" if view.accepted else message
+    accept_reason = c.TOKEN_ROLLED_OUT if view.accepted else reason
+    conds = c.set_condition(conds, c.TOKEN_ACCEPTED, view.accepted, accept_reason, accept_msg, gen, now)
+    stalled = (c.SECRET_REFUSED, refusal) if refusal else _token_stalled(src, state, view)
+    conds = c.set_stalled(conds, stalled is not None, *(stalled or ("", "")), gen, now)
+    accepted_at = state.current_accepted_at if view.accepted else None
     return {
         "observedGeneration": gen,
         "phase": phase,
@@ -53,8 +84,25 @@ def token_status(wt: observed.Token, src: tokens.Source, state: rotation.TokenSt
         # Always present (None removes a stale value under merge patch): during a rollout the previous
         # token's acceptance time must not be shown as the new one's.
         "currentDigest": render.token_digest(state.current) if state.current else None,
-        "currentAcceptedAt": c.now_iso(state.current_accepted_at) if state.current_accepted_at is not None else None,
+        "currentAcceptedAt": c.now_iso(accepted_at) if accepted_at is not None else None,
     }
+
+
+def refused(wt: observed.Token, message: str, now: float) -> dict[str, Any]:
+    """The status of a WebhookToken whose generated Secret the API server refused to create.
+
+    The same conditions `token_status` keeps deciding while the Secret is still missing, so passes agree.
+    """
+    gen, conds = wt.id.generation, list(wt.status.get("conditions", []))
+    for type_ in (c.READY, c.TOKEN_ACCEPTED):
+        conds = c.set_condition(conds, type_, False, c.SECRET_REFUSED, message, gen, now)
+    conds = c.set_stalled(conds, True, c.SECRET_REFUSED, message, gen, now)
+    return {"observedGeneration": gen, "phase": "Error", "conditions": conds}
+
+
+def refused_before(status: dict[str, Any]) -> bool:
+    """The status says the API server refused this WebhookToken's generated Secret."""
+    return _refusal_message(status) is not None
 
 
 def changed(before: dict[str, Any], after: dict[str, Any]) -> bool:
@@ -62,18 +110,52 @@ def changed(before: dict[str, Any], after: dict[str, Any]) -> bool:
     return _comparable(before) != _comparable(after)
 
 
-def _token_phase(src: tokens.Source, state: rotation.TokenState) -> tuple[str, bool, str, str]:
+def _phase(src: tokens.Source, state: rotation.TokenState, view: TokenView) -> tuple[str, bool, str, str]:
     if src.spec is None:
         return "Error", False, c.INVALID_SPEC, str(src.spec_error)
     if state.current is None:
         ref = src.spec.secret_ref
         hint = "" if src.spec.generate else ", or set generate: true"
-        return "Pending", False, c.SECRET_NOT_FOUND, f"Secret {ref.name} with key {ref.key} is missing; create it{hint}"
-    if state.current_accepted_at is None:
-        return "Rolling", False, c.TOKEN_ROTATING, "the gateway is rolling out the new token"
+        msg = f"Secret {ref.name} with key {ref.key} is missing, so no token is accepted; create it{hint}"
+        return "Pending", False, c.SECRET_NOT_FOUND, msg
+    if not view.carried and not view.accepted:
+        return "Unused", False, c.NOT_SERVED, view.not_carried_message
+    if not view.accepted:
+        if view.rollout_stalled is not None:
+            return ("Rolling", False, *_stalled_rollout(view.rollout_stalled)[:2])
+        return "Rolling", False, c.TOKEN_ROTATING, "the gateway is rolling out the current token"
     if state.retiring:
         return "Retiring", True, c.RETIRING_OLD_TOKENS, f"{len(state.retiring)} replaced token(s) still accepted"
-    return "Ready", True, c.TOKEN_ROLLED_OUT, "every gateway pod accepts the current token; no old token remains"
+    message = "every available gateway pod accepts the current token; no old token remains"
+    return "Ready", True, c.TOKEN_ROLLED_OUT, message
+
+
+def _refusal(wt: observed.Token, src: tokens.Source) -> str | None:
+    """The API server's refusal of the generated Secret, while it is still missing (creating it clears it)."""
+    return _refusal_message(wt.status) if src.wants_generated_secret else None
+
+
+def _refusal_message(status: dict[str, Any]) -> str | None:
+    found = next(
+        (x for x in status.get("conditions", []) if x.get("type") == c.STALLED and x.get("reason") == c.SECRET_REFUSED),
+        None,
+    )
+    return str(found.get("message", "")) if found is not None else None
+
+
+def _token_stalled(src: tokens.Source, state: rotation.TokenState, view: TokenView) -> tuple[str, str] | None:
+    if src.spec is None:
+        return c.INVALID_SPEC, str(src.spec_error)
+    if state.current is not None and not view.accepted and view.rollout_stalled is not None:
+        reason, message, _ = _stalled_rollout(view.rollout_stalled)
+        return reason, message
+    return None
+
+
+def _stalled_rollout(stalled: tuple[str, str]) -> tuple[str, str, bool]:
+    reason, message = stalled
+    text = f"the gateway Deployment stopped rolling out ({reason}): {message}; every token not yet retired is kept"
+    return reason or c.ROLLOUT_STALLED, text, True
 
 
 def _retiring(r: rotation.Retiring, grace: int) -> dict[str, Any]:

@@ -15,7 +15,9 @@ The order, and why:
 6. `EVENTS`: Events last, so an Event never announces a change that a failed write did not make.
 
 A write that fails raises: the pass stops there, and the next pass (with backoff) reads again and redoes
-whatever is still needed, since every write is idempotent.
+whatever is still needed, since every write is idempotent. The exception is a write made for one object
+(`about`) that the API server refuses: that object alone is at fault, so the refusal is returned to be
+reported on it, and the other writes go on.
 """
 
 from __future__ import annotations
@@ -23,12 +25,22 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from mcpg_operator import writes as w
-from mcpg_operator.kube import Client, ns_path
+from mcpg_operator.kube import Client, NamespaceTerminating, Refused, ns_path
 
 
-async def execute(kube: Client, namespace: str, todo: Iterable[w.Write]) -> None:
+async def execute(kube: Client, namespace: str, todo: Iterable[w.Write]) -> list[w.Refusal]:
+    refusals = []
     for write in w.in_order(list(todo)):
-        await _one(kube, namespace, write)
+        about = write.about if isinstance(write, w.CreateObject) else None
+        try:
+            await _one(kube, namespace, write)
+        except NamespaceTerminating:
+            raise
+        except Refused as e:
+            if about is None:
+                raise
+            refusals.append(w.Refusal(about, e.message))
+    return refusals
 
 
 async def _one(kube: Client, namespace: str, write: w.Write) -> None:

@@ -10,6 +10,8 @@ import enum
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from mcpg_operator.observed import Identity
+
 
 class Stage(enum.IntEnum):
     """When a write happens within a pass (see `write` for why in this order)."""
@@ -38,6 +40,8 @@ class CreateObject:
     stage: Stage
     ref: Ref
     body: dict[str, Any]
+    about: Identity | None = None
+    """The object this write is for: if the API server refuses the write, that object alone is reported."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +83,15 @@ class PostEvent:
 
     body: dict[str, Any]
     stage: ClassVar[Stage] = Stage.EVENTS
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """The API server refused a write made for one object (`CreateObject.about`)."""
+
+    about: Identity
+    message: str
+    """The API server's message."""
 
 
 Write = CreateObject | ApplyObject | MergePatch | DeleteObject | MergePatchStatus | PostEvent

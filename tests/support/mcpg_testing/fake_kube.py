@@ -19,6 +19,8 @@ from typing import Any
 
 import yaml
 
+from mcpg_operator.kube import Refused
+
 GATEWAY = "mcpg-gateway"
 
 
@@ -31,11 +33,34 @@ class Call:
     body: dict[str, Any] | None = None
 
 
+SECRET_LIMIT = 1024 * 1024
+"""The API server refuses a Secret whose decoded data adds up to more than this."""
+
+
 class FakeKube:
     def __init__(self) -> None:
         self.objects: dict[str, dict[str, Any]] = {}
         self.writes: list[Call] = []
         self._serial = itertools.count(1)
+        self._refusals: dict[str, Refused] = {}
+
+    def refuse(self, path: str, error: Refused) -> None:
+        """From now on, the API server refuses every write to `path` (an object) with `error`."""
+        self._refusals[path] = error
+
+    def _admit(self, path: str, body: dict[str, Any] | None) -> None:
+        """What the API server checks before any write: refusals set by a test, and the Secret size limit."""
+        if path in self._refusals:
+            raise self._refusals[path]
+        if body is not None and body.get("kind") == "Secret":
+            size = sum(len(base64.b64decode(v)) for v in (body.get("data") or {}).values())
+            if size > SECRET_LIMIT:
+                name = path.rsplit("/", 1)[-1]
+                raise Refused(
+                    422,
+                    "Invalid",
+                    f'Secret "{name}" is invalid: data: Too long: must have at most {SECRET_LIMIT} bytes',
+                )
 
     # --- the client interface (what the operator calls) ----------------------------------------------------
 
@@ -55,12 +80,14 @@ class FakeKube:
         name = meta.get("name") or f"{meta['generateName']}{next(self._serial)}"
         target = f"{path}/{name}"
         self.writes.append(Call("create", target, copy.deepcopy(body)))
+        self._admit(target, body)
         if target in self.objects:
             return None
         return copy.deepcopy(self._store(target, {**body, "metadata": {**meta, "name": name}}))
 
     async def apply(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         self.writes.append(Call("apply", path, copy.deepcopy(body)))
+        self._admit(path, body)
         old = self.objects.get(path)
         if old is None:
             return copy.deepcopy(self._store(path, body))
@@ -69,12 +96,14 @@ class FakeKube:
         new["metadata"] = {**copy.deepcopy(body["metadata"]), **server}
         if body.get("spec") != old.get("spec"):
             new["metadata"]["generation"] = old["metadata"].get("generation", 1) + 1
+        new["metadata"]["resourceVersion"] = str(next(self._serial))
         self.objects[path] = new
         return copy.deepcopy(new)
 
     async def merge_patch(self, path: str, body: dict[str, Any]) -> dict[str, Any] | None:
         self.writes.append(Call("merge_patch", path, copy.deepcopy(body)))
         target = path.removesuffix("/status")
+        self._admit(target, None)
         obj = self.objects.get(target)
         if obj is None:
             return None
@@ -82,6 +111,7 @@ class FakeKube:
             obj["status"] = _merge(obj.get("status", {}), body.get("status", {}))
         else:
             self.objects[target] = obj = _merge(obj, body)
+        obj["metadata"]["resourceVersion"] = str(next(self._serial))
         return copy.deepcopy(obj)
 
     async def delete(self, path: str) -> None:
@@ -141,6 +171,9 @@ class FakeKube:
         """The Deployment controller finished: every replica runs the current template, and is available."""
         deployment = self._rolling(namespace)
         replicas = deployment["spec"].get("replicas", 1)
+        current = replicaset_name(deployment["spec"]["template"])
+        for rs in self.replicasets(namespace):
+            self.set_available(rs, replicas if rs["metadata"]["name"] == current else 0)
         deployment["status"] = {
             "observedGeneration": deployment["metadata"]["generation"],
             "replicas": replicas,
@@ -149,10 +182,15 @@ class FakeKube:
             "availableReplicas": replicas,
         }
 
-    def stall_rollout(self, namespace: str) -> None:
-        """The controller started rolling the current template (its ReplicaSet exists) but a new pod is not Ready."""
+    def stall_rollout(self, namespace: str, deadline_exceeded: bool = False) -> None:
+        """The controller started rolling the current template (its ReplicaSet exists) but a new pod is not Ready.
+
+        The pods of the ReplicaSets before it stay available. `deadline_exceeded`: the controller gave up
+        (`Progressing=False`, `ProgressDeadlineExceeded`), as it does after `progressDeadlineSeconds`.
+        """
         deployment = self._rolling(namespace)
         replicas = deployment["spec"].get("replicas", 1)
+        self.set_available(self._replicaset(namespace, deployment["spec"]["template"]), 0)
         deployment["status"] = {
             "observedGeneration": deployment["metadata"]["generation"],
             "replicas": replicas + 1,
@@ -160,6 +198,15 @@ class FakeKube:
             "readyReplicas": replicas,
             "availableReplicas": replicas,
         }
+        if deadline_exceeded:
+            message = f'ReplicaSet "{replicaset_name(deployment["spec"]["template"])}" has timed out progressing.'
+            progressing = {"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}
+            deployment["status"]["conditions"] = [{**progressing, "message": message}]
+
+    def set_available(self, replicaset: dict[str, Any], available: int) -> None:
+        """The ReplicaSet controller's count of the ReplicaSet's available pods."""
+        replicaset.setdefault("status", {})["availableReplicas"] = available
+        replicaset["status"]["replicas"] = available
 
     def prune_replicasets(self, namespace: str) -> None:
         """Old ReplicaSets go (revisionHistoryLimit): only the one running the current template is left."""
@@ -188,6 +235,14 @@ class FakeKube:
             self._store(object_path(rs), rs)
         return deployment
 
+    def current_replicaset(self, namespace: str) -> dict[str, Any]:
+        """The ReplicaSet of the Deployment's current template (the controller creates it if it is missing)."""
+        deployment = self._rolling(namespace)
+        return self._replicaset(namespace, deployment["spec"]["template"])
+
+    def _replicaset(self, namespace: str, template: dict[str, Any]) -> dict[str, Any]:
+        return self.objects[f"/apis/apps/v1/namespaces/{namespace}/replicasets/{replicaset_name(template)}"]
+
     def _store(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
         stored = copy.deepcopy(obj)
         meta = stored.setdefault("metadata", {})
@@ -195,6 +250,7 @@ class FakeKube:
         meta.setdefault("uid", f"uid-{n}")
         meta.setdefault("creationTimestamp", f"2026-01-01T00:{n // 60 % 60:02d}:{n % 60:02d}Z")
         meta.setdefault("generation", 1)
+        meta["resourceVersion"] = str(n)
         self.objects[path] = stored
         return stored
 

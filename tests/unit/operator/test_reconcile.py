@@ -94,8 +94,12 @@ def index(calls: list[Call], method: str, path_end: str) -> int:
 
 
 def ready(kube: FakeKube, plural: str, name: str) -> tuple[str, str]:
+    return condition(kube, plural, name, "Ready")
+
+
+def condition(kube: FakeKube, plural: str, name: str, type_: str) -> tuple[str, str]:
     obj = kube.objects[f"/apis/mcpg.dev/v1alpha1/namespaces/{NS}/{plural}/{name}"]
-    cond = next(c for c in obj["status"]["conditions"] if c["type"] == "Ready")
+    cond = next(c for c in obj["status"]["conditions"] if c["type"] == type_)
     return cond["status"], cond["reason"]
 
 
@@ -184,9 +188,10 @@ async def test_a_token_no_rendered_watch_uses_is_retired_without_a_rollout(kube:
     kube.set_secret(NS, "tok-secret", token="new")
     kube.writes.clear()
     await run(kube, clock)
-    assert state(kube) == TokenState(current="new", current_accepted_at=clock.now)
-    # Events compare the state as read with the state decided: accepted before and after, nothing retiring before.
-    assert event_reasons(kube.writes) == ["TokenPromoted"]
+    assert state(kube) == TokenState(current="new")
+    # No pod can accept a token no served watch uses, so it is never reported accepted.
+    assert condition(kube, "webhooktokens", "tok", "TokenAccepted") == ("False", "NotServed")
+    assert event_reasons(kube.writes) == ["TokenPromoted", "TokenRetired"]
 
 
 # --- the order of writes -------------------------------------------------------------------------------------
@@ -339,7 +344,7 @@ async def test_a_present_secret_is_never_overwritten_by_a_generated_one(kube: Fa
     assert state(kube).current == "mine"
 
 
-async def test_without_a_resourcewatch_no_gateway_is_applied_and_tokens_need_no_rollout(
+async def test_without_a_resourcewatch_no_gateway_is_applied_and_the_token_is_not_said_to_be_accepted(
     kube: FakeKube, clock: Clock
 ) -> None:
     kube.put(webhooktoken())
@@ -347,5 +352,5 @@ async def test_without_a_resourcewatch_no_gateway_is_applied_and_tokens_need_no_
     outcome = await run(kube, clock)
     assert kube.deployment(NS) is None
     assert outcome.config_hash is None
-    assert state(kube) == TokenState(current="old", current_accepted_at=clock.now)
-    assert ready(kube, "webhooktokens", "tok") == ("True", "RolledOut")
+    assert state(kube) == TokenState(current="old")
+    assert condition(kube, "webhooktokens", "tok", "TokenAccepted") == ("False", "NotServed")

@@ -6,6 +6,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from mcpg_gateway.contract import check
@@ -15,7 +16,9 @@ from mcpg_operator.rotation import Retiring, TokenState
 from mcpg_operator.settings import GatewayDefaults
 
 MANIFESTS = Path(__file__).parents[3] / "examples" / "manifests"
-DEFAULTS = GatewayDefaults(allowed_origins=["https://app.example"], nats_url="nats://nats:4222")
+DEFAULTS = GatewayDefaults(
+    allowed_origins=["https://app.example"], nats_url="nats://nats:4222", plugin_kinds=["twilio_inbound"]
+)
 SECRETS = {"google-api": {"token": "Bearer g"}, "inventory-db": {"url": "postgres://u:p@db/app"}}
 
 
@@ -201,3 +204,94 @@ def test_an_invalid_auth_secret_is_reported_on_every_watch_and_closes_the_gatewa
     assert (verdict.served, verdict.reason, verdict.stalled) == (False, c.INVALID_AUTH, False)
     assert verdict.message.startswith("Secret mcpg-gateway-auth key auth.yaml: principals.0.token_sha256:")
     assert "auth" not in plan.config["gateway"]
+
+
+# --- the gateway's start-up question, asked of the whole configuration ----------------------------------------
+
+
+def refused_watches() -> list[observed.Watch]:
+    """One watch for each way a configuration the gateway refuses to start on used to be rendered."""
+    backend = {"http": {"url": "http://u/"}}
+    return [
+        watch("named", {"name": "inbox", "uri": "x://one", "backend": backend}, created="2026-01-01T00:00:01Z"),
+        watch("same-name", {"name": "inbox", "uri": "x://two", "backend": backend}, created="2026-01-01T00:00:02Z"),
+        watch("plugin", {"uri": "x://p", "backend": backend, "watch": {"plugin": {"kind": "not-installed"}}}),
+        watch("nats", {"uri": "x://n", "backend": backend, "watch": {"natsTopic": {"subject": "s"}}}),
+    ]
+
+
+def test_every_watch_the_gateway_would_refuse_is_left_out_naming_the_field() -> None:
+    plan = render.plan(refused_watches(), {}, {}, GatewayDefaults())  # no NATS server, no plugins installed
+    reasons = {name: (v.served, v.reason) for name, v in plan.verdicts.items()}
+    assert reasons == {
+        "named": (True, c.SERVED),
+        "same-name": (False, c.NAME_CONFLICT),
+        "plugin": (False, c.INVALID_SPEC),
+        "nats": (False, c.INVALID_SPEC),
+    }
+    assert "spec.name 'inbox' is already used by ResourceWatch named" in plan.verdicts["same-name"].message
+    assert "watch.strategy.kind: no installed watch-strategy plugin has kind 'not-installed'" in (
+        plan.verdicts["plugin"].message
+    )
+    assert "watch.strategy.url: no NATS server" in plan.verdicts["nats"].message
+    check.load(plan.config, environ={}, plugin_kinds=[])  # what is rendered, the gateway starts on
+
+
+def test_a_plugin_kind_the_image_installs_is_served() -> None:
+    defaults = GatewayDefaults(plugin_kinds=["not-installed"])
+    assert render.plan(refused_watches(), {}, {}, defaults).verdicts["plugin"].served
+
+
+def test_a_problem_the_whole_configuration_check_finds_leaves_out_the_watch_whose_entry_it_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    backend = {"http": {"url": "http://u/"}}
+    watches = [
+        watch(n, {"uri": f"x://{n}", "backend": backend}, created=f"2026-01-01T00:00:0{i}Z")
+        for i, n in enumerate("abc")
+    ]
+    real = check.problems
+
+    def second_entry_refused(raw: Any, **kwargs: Any) -> list[check.Problem]:
+        entries = raw["mcp"]["capabilities"]["resources"]
+        if len(entries) > 1 and entries[1]["name"] == "b":
+            return [check.Problem("mcp.capabilities.resources[1].uri", "a rule only the whole file shows")]
+        return real(raw, **kwargs)
+
+    monkeypatch.setattr(check, "problems", second_entry_refused)
+    plan = render.plan(watches, {}, {}, DEFAULTS)
+    assert {n: v.served for n, v in plan.verdicts.items()} == {"a": True, "b": False, "c": True}
+    assert plan.verdicts["b"].message == "uri: a rule only the whole file shows"
+
+
+def test_a_watch_the_renderer_fails_on_is_left_out_and_the_others_are_served(monkeypatch: pytest.MonkeyPatch) -> None:
+    backend = {"http": {"url": "http://u/"}}
+    real = render._entry
+
+    def broken_for_b(name: str, *args: Any) -> dict[str, Any]:
+        if name == "b":
+            raise ZeroDivisionError("a bug")
+        return real(name, *args)
+
+    monkeypatch.setattr(render, "_entry", broken_for_b)
+    plan = render.plan([watch(n, {"uri": f"x://{n}", "backend": backend}) for n in "ab"], {}, {}, DEFAULTS)
+    assert plan.verdicts["a"].served
+    assert (plan.verdicts["b"].served, plan.verdicts["b"].stalled) == (False, True)
+    assert "ZeroDivisionError" in plan.verdicts["b"].message
+
+
+def test_template_variables_the_gateway_refuses_leave_only_that_watch_out() -> None:
+    read_policy = "subscriber.principal_id == resource.variables.a"
+    repeated = {"uriTemplate": "x://{a}/{a}", "readPolicy": read_policy, "backend": {"http": {"url": "http://u/{a}"}}}
+    undefined = {"uriTemplate": "x://{a}", "backend": {"http": {"url": "http://u/{a}/{b}"}}}
+    fine = {"uri": "x://fine", "backend": {"http": {"url": "http://u/"}}}
+    plan = render.plan(
+        [watch("repeated", repeated), watch("undefined", undefined), watch("fine", fine)], {}, {}, DEFAULTS
+    )
+    assert {n: (v.served, v.reason) for n, v in plan.verdicts.items()} == {
+        "repeated": (False, c.INVALID_SPEC),
+        "undefined": (False, c.INVALID_SPEC),
+        "fine": (True, c.SERVED),
+    }
+    assert plan.verdicts["repeated"].message.startswith("uri_template: repeats {a}")
+    assert plan.verdicts["undefined"].message.startswith("backend.url: names {b}")

@@ -25,11 +25,17 @@ def test_the_first_value_becomes_current_with_nothing_to_retire() -> None:
     assert promote(TokenState(), "a") == TokenState(current="a")
 
 
-def test_an_unchanged_or_empty_secret_changes_nothing() -> None:
+def test_an_unchanged_secret_changes_nothing() -> None:
     state = TokenState(current="a", current_accepted_at=1.0)
     assert promote(state, "a") is state
-    assert rotation.observe_secret(state, None, 5).state is state
-    assert rotation.observe_secret(state, "", 5).state is state
+
+
+@pytest.mark.parametrize("value", [None, ""])
+def test_a_secret_that_no_longer_holds_a_token_revokes_every_token_at_once(value: str | None) -> None:
+    edit = rotation.observe_secret(TokenState(current="b", retiring=(Retiring("a", 1.0),)), value, 5)
+    assert edit.state == TokenState()
+    assert edit.revoked == 2
+    assert rotation.observe_secret(TokenState(), value, 5) == rotation.Edit(TokenState())
 
 
 def test_an_edit_promotes_the_new_token_and_keeps_the_old_one_retiring() -> None:

@@ -27,12 +27,18 @@ def watch(generation: int, status: dict[str, Any] | None = None) -> observed.Wat
     )
 
 
+ROLLING = statuses.TokenView(accepted=False, carried=True)
+ACCEPTED = statuses.TokenView(accepted=True, carried=True)
+
+
 def conditions(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
     return {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
 
 
 def test_a_rolling_token_clears_the_previous_acceptance_time_and_is_not_ready() -> None:
-    status = statuses.token_status(WT, source(), TokenState(current="new", retiring=(Retiring("old", 10.0),)), NOW)
+    status = statuses.token_status(
+        WT, source(), TokenState(current="new", retiring=(Retiring("old", 10.0),)), ROLLING, NOW
+    )
     assert status["phase"] == "Rolling"
     assert status["currentAcceptedAt"] is None  # a merge patch with None removes the old token's timestamp
     assert conditions(status)["TokenAccepted"] == ("False", "Rotating")
@@ -41,7 +47,7 @@ def test_a_rolling_token_clears_the_previous_acceptance_time_and_is_not_ready() 
 
 def test_a_retiring_token_shows_when_it_will_be_dropped_and_only_digests() -> None:
     state = TokenState(current="new", current_accepted_at=100.0, retiring=(Retiring("old", 10.0, 100.0),))
-    status = statuses.token_status(WT, source(), state, NOW)
+    status = statuses.token_status(WT, source(), state, ACCEPTED, NOW)
     assert status["phase"] == "Retiring"
     assert status["retiring"][0]["retireAfter"] == "1970-01-01T00:02:10Z"  # rolled out at 100 s + 30 s grace
     assert conditions(status)["Ready"] == ("True", "RetiringOldTokens")
@@ -50,11 +56,13 @@ def test_a_retiring_token_shows_when_it_will_be_dropped_and_only_digests() -> No
 
 
 def test_a_missing_secret_says_how_to_fix_it() -> None:
-    status = statuses.token_status(WT, source(), TokenState(), NOW)
+    status = statuses.token_status(WT, source(), TokenState(), statuses.TokenView(False, False), NOW)
     assert status["phase"] == "Pending"
     assert conditions(status)["Ready"] == ("False", "SecretNotFound")
     [ready] = [c for c in status["conditions"] if c["type"] == "Ready"]
-    assert ready["message"] == "Secret s with key token is missing; create it, or set generate: true"
+    assert ready["message"] == (
+        "Secret s with key token is missing, so no token is accepted; create it, or set generate: true"
+    )
     assert "Stalled" not in conditions(status)
 
 

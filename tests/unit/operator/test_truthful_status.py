@@ -1,0 +1,271 @@
+"""What the operator reports is what the gateway's pods do, and one object at fault never silences the others.
+
+Each test drives the reconcile against the in-memory API (`FakeKube`, which refuses what the API server refuses:
+a Secret over 1 MiB, and any write a test marks as refused) while the Deployment controller's part is played
+through the fake's rollout helpers.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from mcpg_operator import events, observed, reconcile, tokens
+from mcpg_operator import kube as api
+from mcpg_operator.rotation import MAX_RETIRING, TokenState
+from mcpg_operator.scheduler import Scheduler
+from mcpg_operator.settings import GatewayDefaults
+from mcpg_testing.fake_kube import FakeKube
+from tests.unit.operator.test_reconcile import (
+    NS,
+    Clock,
+    condition,
+    event_reasons,
+    ready,
+    resourcewatch,
+    rotated,
+    run,
+    settle,
+    state,
+    template_tokens,
+    webhooktoken,
+)
+
+
+def served_uris(kube: FakeKube) -> set[str]:
+    config = kube.template_config(NS)
+    return {e["uri"] for e in config["mcp"]["capabilities"]["resources"]}
+
+
+def events_about(kube: FakeKube, name: str) -> list[tuple[str, str]]:
+    return [
+        (str(c.body["reason"]), str(c.body["message"]))
+        for c in kube.writes
+        if c.body and c.method == "create" and "/events/" in c.path and c.body["involvedObject"]["name"] == name
+    ]
+
+
+@pytest.fixture
+def kube() -> FakeKube:
+    return FakeKube()
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+# --- 3. one object at fault is isolated; the rest of the namespace is served -----------------------------------
+
+
+async def test_a_configuration_over_the_secret_limit_leaves_out_the_watches_that_push_it_over(
+    kube: FakeKube, clock: Clock
+) -> None:
+    kube.put(resourcewatch("small", token=None))
+    await settle(kube, clock)
+    for i in range(18):  # 18 watches with 63 KB bodies: about 1.1 MiB of configuration
+        kube.put(resourcewatch(f"big{i:02}", token=None, backend={"http": {"url": "http://u/", "body": "x" * 63_000}}))
+    await settle(kube, clock)
+    left_out = [f"big{i:02}" for i in range(18) if ready(kube, "resourcewatches", f"big{i:02}")[0] == "False"]
+    assert left_out == ["big16", "big17"]  # the latest, which push it over
+    assert ready(kube, "resourcewatches", "big17") == ("False", "ConfigTooLarge")
+    assert condition(kube, "resourcewatches", "big17", "Stalled") == ("True", "ConfigTooLarge")
+    assert "1048576-byte limit" in str(events_about(kube, "big17"))
+    assert served_uris(kube) == {"x://small", *(f"x://big{i:02}" for i in range(16))}
+    kube.put(resourcewatch("later", token=None))  # a watch added afterwards is still served
+    await settle(kube, clock)
+    assert ready(kube, "resourcewatches", "later") == ("True", "Served")
+
+
+async def test_a_generated_secret_the_api_server_refuses_stalls_that_token_alone(kube: FakeKube, clock: Clock) -> None:
+    quota = api.Refused(403, "Forbidden", 'secrets "tok-secret" is forbidden: exceeded quota: secrets, used: 10')
+    kube.refuse(f"/api/v1/namespaces/{NS}/secrets/tok-secret", quota)
+    kube.put(webhooktoken(generate=True))
+    kube.put(resourcewatch())
+    kube.put(resourcewatch("polled", token=None))
+    outcome = await run(kube, clock)
+    assert not outcome.rerun  # no busy loop on a write that keeps being refused
+    await run(kube, clock)
+    kube.complete_rollout(NS)
+    await run(kube, clock)
+    assert ready(kube, "resourcewatches", "polled") == ("True", "Served")  # the rest of the namespace is served
+    assert condition(kube, "webhooktokens", "tok", "Stalled") == ("True", "SecretRefused")
+    assert [r for r, _ in events_about(kube, "tok")] == ["SecretRefused"]
+    assert quota.message in events_about(kube, "tok")[0][1]
+    assert ready(kube, "resourcewatches", "hook") == ("False", "TokenPending")
+    kube.writes.clear()
+    await run(kube, clock)
+    assert events_about(kube, "tok") == []  # reported once, not on every pass
+
+
+# --- 4. TokenAccepted means every available pod runs a configuration holding the current token ------------------
+
+
+async def test_a_token_whose_watch_waits_on_a_missing_secret_is_not_accepted(kube: FakeKube, clock: Clock) -> None:
+    kube.put(webhooktoken())
+    kube.set_secret(NS, "tok-secret", token="t")
+    header = {"name": "Authorization", "secretKeyRef": {"name": "missing", "key": "k"}}
+    kube.put(resourcewatch(backend={"http": {"url": "http://u/", "headers": [header]}}))
+    kube.put(resourcewatch("polled", token=None))
+    await settle(kube, clock)
+    assert ready(kube, "resourcewatches", "hook") == ("False", "SecretNotFound")
+    assert condition(kube, "webhooktokens", "tok", "TokenAccepted") == ("False", "NotServed")
+    message = kube.objects[f"/apis/mcpg.dev/v1alpha1/namespaces/{NS}/webhooktokens/tok"]["status"]["conditions"]
+    assert "ResourceWatch hook: SecretNotFound" in str(message)
+
+
+async def test_a_token_is_accepted_only_once_the_pods_running_it_are_available(kube: FakeKube, clock: Clock) -> None:
+    kube.put(webhooktoken())
+    kube.set_secret(NS, "tok-secret", token="t")
+    kube.put(resourcewatch())
+    await run(kube, clock)
+    kube.stall_rollout(NS)  # the pod carrying it is not available yet
+    await run(kube, clock)
+    assert condition(kube, "webhooktokens", "tok", "TokenAccepted") == ("False", "Rotating")
+    kube.complete_rollout(NS)
+    await run(kube, clock)
+    assert condition(kube, "webhooktokens", "tok", "TokenAccepted") == ("True", "RolledOut")
+
+
+# --- 5. deleting the token Secret (or its key) revokes the token -------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["delete the Secret", "remove its key"])
+async def test_a_deleted_token_secret_revokes_the_token_and_says_so(kube: FakeKube, clock: Clock, how: str) -> None:
+    kube.put(webhooktoken())
+    kube.set_secret(NS, "tok-secret", token="leaked")
+    kube.put(resourcewatch())
+    kube.put(resourcewatch("polled", token=None))
+    await settle(kube, clock)
+    kube.writes.clear()
+    if how == "delete the Secret":
+        kube.remove(f"/api/v1/namespaces/{NS}/secrets/tok-secret")
+    else:
+        kube.set_secret(NS, "tok-secret", other="value")
+    await settle(kube, clock)
+    assert state(kube) == TokenState()
+    assert served_uris(kube) == {"x://polled"}  # no configuration accepts the revoked token
+    assert condition(kube, "webhooktokens", "tok", "TokenAccepted") == ("False", "SecretNotFound")
+    assert ready(kube, "resourcewatches", "hook") == ("False", "TokenPending")
+    assert [r for r, _ in events_about(kube, "tok")] == ["TokenRevoked", "SecretNotFound"]
+
+
+# --- 6. a rollout the Deployment controller gave up on is reported, and recovers --------------------------------
+
+
+async def test_a_stuck_rollout_is_reported_stalled_keeps_every_token_and_recovers(kube: FakeKube, clock: Clock) -> None:
+    await rotated(kube, clock)
+    await run(kube, clock)
+    kube.stall_rollout(NS, deadline_exceeded=True)
+    await run(kube, clock)
+    assert condition(kube, "resourcewatches", "hook", "Stalled") == ("True", "ProgressDeadlineExceeded")
+    assert condition(kube, "webhooktokens", "tok", "Stalled") == ("True", "ProgressDeadlineExceeded")
+    status = kube.objects[f"/apis/mcpg.dev/v1alpha1/namespaces/{NS}/webhooktokens/tok"]["status"]
+    assert status["phase"] == "Rolling"
+    assert "has timed out progressing" in str(status["conditions"])
+    assert template_tokens(kube) == {"new", "old"}
+    assert "ProgressDeadlineExceeded" in event_reasons(kube.writes)
+    kube.complete_rollout(NS)  # someone fixed the cause; the controller finished
+    await settle(kube, clock)
+    assert ready(kube, "resourcewatches", "hook") == ("True", "Served")
+    assert ready(kube, "webhooktokens", "tok") == ("True", "RolledOut")
+    assert template_tokens(kube) == {"new"}
+
+
+# --- 7. lost rotation state, the cap, idempotent Events -----------------------------------------------------------
+
+
+async def test_a_lost_rotation_state_keeps_every_token_a_running_pod_accepts(kube: FakeKube, clock: Clock) -> None:
+    await rotated(kube, clock)
+    await run(kube, clock)  # promoted: the configuration carries new and old; pods still run old
+    kube.stall_rollout(NS)
+    kube.remove(f"/api/v1/namespaces/{NS}/secrets/{tokens.state_secret_name('tok')}")
+    kube.writes.clear()
+    await run(kube, clock)
+    assert state(kube).tokens() == ["new", "old"]
+    assert template_tokens(kube) == {"new", "old"}
+    assert "RotationStateLost" in [r for r, _ in events_about(kube, "tok")]
+    kube.complete_rollout(NS)
+    await settle(kube, clock)
+    assert template_tokens(kube) == {"new"}  # retired as usual once the rollout carrying `new` completed
+
+
+async def test_beyond_the_cap_the_token_the_running_pods_accept_is_never_evicted(kube: FakeKube, clock: Clock) -> None:
+    await rotated(kube, clock)  # pods accept `old`; the Secret now holds `new`
+    for i in range(MAX_RETIRING + 3):
+        await run(kube, clock)
+        kube.stall_rollout(NS)  # the new pods never become available
+        kube.set_secret(NS, "tok-secret", token=f"edit{i}")
+    await run(kube, clock)
+    kept = state(kube).tokens()
+    assert "old" in kept
+    assert "old" in template_tokens(kube)
+    assert len(kept) == MAX_RETIRING + 1
+    assert "TooManyRetiringTokens" in event_reasons(kube.writes)
+
+
+async def test_two_operators_deciding_the_same_transition_post_one_event(kube: FakeKube, clock: Clock) -> None:
+    kube.put(resourcewatch("polled", token=None, backend={"http": {"url": "http://u/", "headers": [_header()]}}))
+    before = copy.deepcopy(kube.objects)
+    await run(kube, clock)
+    kube.objects = {**before, **{p: o for p, o in kube.objects.items() if "/events/" in p}}  # the same read again
+    await run(kube, clock)
+    posted = [c for c in kube.writes if c.method == "create" and "/events/" in c.path]
+    assert len(posted) == 2  # both tried...
+    assert len([p for p in kube.objects if "/events/" in p]) == 1  # ...one Event exists
+    assert posted[0].path == posted[1].path
+
+
+def _header() -> dict[str, Any]:
+    return {"name": "Authorization", "secretKeyRef": {"name": "missing", "key": "token"}}
+
+
+def test_an_event_name_is_a_valid_object_name_whatever_the_object_is_called() -> None:
+    about = observed.Identity("v1", "ResourceWatch", "w" * 253, "uid", resource_version="7")
+    name = events.name(events.Event(about, "Warning", "InvalidSpec", "m"))
+    assert len(name) <= 253
+
+
+# --- 7. a terminating namespace is handled quietly ----------------------------------------------------------------
+
+
+async def test_a_namespace_being_deleted_ends_the_reconcile_quietly(
+    kube: FakeKube, clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    kube.put(resourcewatch("polled", token=None))
+    terminating = api.refusal(403, TERMINATING)
+    for path in (f"/api/v1/namespaces/{NS}/secrets", f"/apis/apps/v1/namespaces/{NS}/deployments/mcpg-gateway"):
+        kube.refuse(path, terminating)
+    kube.refuse(f"/api/v1/namespaces/{NS}/serviceaccounts/mcpg-gateway", terminating)
+    runs: list[reconcile.Outcome | Exception] = []
+
+    async def once(namespace: str) -> reconcile.Outcome:
+        try:
+            out = await reconcile.reconcile(kube, namespace, GatewayDefaults(), clock)
+        except Exception as e:
+            runs.append(e)
+            raise
+        runs.append(out)
+        return out
+
+    scheduler = Scheduler(once)
+    scheduler.request(NS)
+    await scheduler.idle(NS)
+    await scheduler.close()
+    assert len(runs) == 1  # not retried
+    assert isinstance(runs[0], api.NamespaceTerminating)
+    assert not [r for r in caplog.records if r.exc_info or r.levelname in ("ERROR", "WARNING")]
+
+
+TERMINATING = (
+    b'{"kind":"Status","reason":"Forbidden","message":"secrets is forbidden: unable to create new content in '
+    b'namespace shop because it is being terminated","details":{"causes":[{"reason":"NamespaceTerminating"}]}}'
+)
+
+
+def test_the_api_servers_namespace_terminating_refusal_is_recognised() -> None:
+    assert isinstance(api.refusal(403, TERMINATING), api.NamespaceTerminating)
+    refused = api.refusal(422, b'{"reason":"Invalid","message":"Secret \\"Bad_Name\\" is invalid"}')
+    assert (type(refused), refused.status, refused.message) == (api.Refused, 422, 'Secret "Bad_Name" is invalid')
