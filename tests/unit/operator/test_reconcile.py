@@ -6,112 +6,26 @@ from typing import Any
 
 import pytest
 
-from mcpg_operator import objects, observed, read, reconcile, tokens
+from mcpg_operator import objects, read, tokens
 from mcpg_operator.rotation import TokenState
-from mcpg_operator.settings import GatewayDefaults
 from mcpg_testing.fake_kube import Call, FakeKube
-
-NS = "shop"
-DEFAULTS = GatewayDefaults(replicas=2)
-GENERATED = "generated-token-value"
-BAD_AUTH = "principals:\n  - {token_sha256: nothex, principal_id: alice}\n"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def kube() -> FakeKube:
-    return FakeKube()
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-def resourcewatch(name: str = "hook", token: str | None = "tok", **spec: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"uri": f"x://{name}", "backend": {"http": {"url": "http://upstream/"}}, **spec}
-    if token is not None:
-        body["watch"] = {"webhook": {"tokenRef": {"name": token}}}
-    return {
-        "apiVersion": "mcpg.dev/v1alpha1",
-        "kind": "ResourceWatch",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": body,
-    }
-
-
-def webhooktoken(name: str = "tok", generate: bool = False, grace: int = 0) -> dict[str, Any]:
-    spec = {"secretRef": {"name": f"{name}-secret"}, "generate": generate, "gracePeriodSeconds": grace}
-    return {
-        "apiVersion": "mcpg.dev/v1alpha1",
-        "kind": "WebhookToken",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": spec,
-    }
-
-
-async def run(kube: FakeKube, clock: Clock) -> reconcile.Outcome:
-    return await reconcile.reconcile(kube, NS, DEFAULTS, clock, token=lambda: GENERATED)
-
-
-async def settle(kube: FakeKube, clock: Clock) -> None:
-    """Reconcile, letting every rollout complete, until a pass has nothing left to write."""
-    for _ in range(10):
-        before = len(kube.writes)
-        outcome = await run(kube, clock)
-        if kube.deployment(NS) is not None:
-            kube.complete_rollout(NS)
-        if len(kube.writes) == before and not outcome.rerun:
-            return
-    raise AssertionError("the reconcile did not settle in 10 passes")
-
-
-def template_tokens(kube: FakeKube) -> set[str]:
-    """Every webhook token the configuration named by the Deployment's template accepts."""
-    config = kube.template_config(NS)
-    strategies = [r["watch"]["strategy"] for r in config["mcp"]["capabilities"]["resources"]]
-    return {t for s in strategies if s["type"] == "webhook" for t in [s["token"], *s["previous_tokens"]]}
-
-
-def state(kube: FakeKube, name: str = "tok") -> TokenState:
-    secret = kube.objects.get(f"/api/v1/namespaces/{NS}/secrets/{tokens.state_secret_name(name)}")
-    return tokens.parse_state(observed.decode(secret) if secret else None)
-
-
-def event_reasons(calls: list[Call]) -> list[str]:
-    return [str(c.body["reason"]) for c in calls if c.body and c.path.startswith(f"/api/v1/namespaces/{NS}/events/")]
-
-
-def index(calls: list[Call], method: str, path_end: str) -> int:
-    return next(i for i, c in enumerate(calls) if c.method == method and c.path.endswith(path_end))
-
-
-def ready(kube: FakeKube, plural: str, name: str) -> tuple[str, str]:
-    return condition(kube, plural, name, "Ready")
-
-
-def condition(kube: FakeKube, plural: str, name: str, type_: str) -> tuple[str, str]:
-    obj = kube.objects[f"/apis/mcpg.dev/v1alpha1/namespaces/{NS}/{plural}/{name}"]
-    cond = next(c for c in obj["status"]["conditions"] if c["type"] == type_)
-    return cond["status"], cond["reason"]
-
-
-async def rotated(kube: FakeKube, clock: Clock, grace: int = 0) -> None:
-    """A served webhook whose token `old` was accepted everywhere, then edited to `new` (not reconciled yet)."""
-    kube.put(webhooktoken(grace=grace))
-    kube.set_secret(NS, "tok-secret", token="old")
-    kube.put(resourcewatch())
-    await settle(kube, clock)
-    assert template_tokens(kube) == {"old"}
-    kube.set_secret(NS, "tok-secret", token="new")
-
+from mcpg_testing.namespace import (
+    BAD_AUTH,
+    GENERATED,
+    NS,
+    Clock,
+    condition,
+    event_reasons,
+    index,
+    ready,
+    resourcewatch,
+    rotated,
+    run,
+    settle,
+    state,
+    template_tokens,
+    webhooktoken,
+)
 
 # --- retirement waits for the rollout ------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from mcpg_operator.rotation import MAX_RETIRING, TokenState
 from mcpg_operator.scheduler import Scheduler
 from mcpg_operator.settings import GatewayDefaults
 from mcpg_testing.fake_kube import FakeKube
-from tests.unit.operator.test_reconcile import (
+from mcpg_testing.namespace import (
     NS,
     Clock,
     condition,
@@ -45,16 +45,6 @@ def events_about(kube: FakeKube, name: str) -> list[tuple[str, str]]:
         for c in kube.writes
         if c.body and c.method == "create" and "/events/" in c.path and c.body["involvedObject"]["name"] == name
     ]
-
-
-@pytest.fixture
-def kube() -> FakeKube:
-    return FakeKube()
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
 
 
 # --- 3. one object at fault is isolated; the rest of the namespace is served -----------------------------------
