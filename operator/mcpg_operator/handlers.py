@@ -2,7 +2,8 @@
 
 All handlers are `on.event` handlers on purpose: they store nothing on the objects (no diffbase annotation, so
 Secret data can never be copied into an annotation) and add no finalizers; the reconcile they request is
-level-based and idempotent, and a periodic resync covers any event that was missed.
+level-based and idempotent, and a periodic resync covers any event that was missed. They also keep Secret data out
+of kopf's own log: its change handlers (`on.create`/`on.update`/...) log the whole body and diff at DEBUG.
 """
 
 from __future__ import annotations
@@ -10,15 +11,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
 
-from mcpg_operator import objects, reconcile, settings
+from mcpg_operator import objects, reconcile, settings, tokens
 from mcpg_operator.kube import Kube
 from mcpg_operator.scheduler import Scheduler
 
 logger = logging.getLogger(__name__)
+
+MANAGED_BY = "app.kubernetes.io/managed-by"
+OPERATOR = objects.MANAGED[MANAGED_BY]
+"""The `managed-by` value on what the operator creates; no other tool sets it."""
+BODY_LOGGERS = ("kubernetes_asyncio.client.rest",)
+"""Loggers that write whole API response bodies (Secret data included, base64 being no protection) at DEBUG."""
 
 
 @kopf.on.login()
@@ -42,7 +50,19 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     # No handler here stores state on objects, but keep kopf's markers under our prefix if it ever does.
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="mcpg.dev", ignored_fields=["data"])
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="mcpg.dev")
+    quiet_body_loggers()
     await _start(memo, _operator_settings())
+
+
+def quiet_body_loggers() -> None:
+    """Keep Secret data out of the log at every level, `kopf run --verbose/--debug` included.
+
+    kopf's --verbose sets the root logger to DEBUG, and kubernetes_asyncio's REST client then logs every response
+    body: each list of Secrets the reconcile reads, each rotation-state Secret it applies. Raising just those
+    loggers to INFO keeps everything else kopf and the client say at DEBUG. Called before the first request.
+    """
+    for name in BODY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.INFO)
 
 
 def _operator_settings() -> settings.OperatorSettings:
@@ -85,15 +105,32 @@ async def webhooktoken_event(namespace: str | None, memo: kopf.Memo, **_: Any) -
         memo.scheduler.request(namespace)
 
 
-@kopf.on.event("", "v1", "secrets", labels={"app.kubernetes.io/managed-by": kopf.ABSENT})
+def reacts_to_secret(labels: Mapping[str, str]) -> bool:
+    """Whether a Secret with these labels can change a reconcile's outcome.
+
+    Only the operator's own output is skipped, and only by a label value nobody else sets: a user's Secret may well
+    carry `app.kubernetes.io/managed-by` (Helm sets it), and must still be reacted to. Of the operator's own
+    Secrets, the configuration Secrets are pure output, but a rotation-state Secret is an input: if one is lost or
+    edited, the next reconcile must see it at once, not at the next resync.
+    """
+    ours = labels.get(MANAGED_BY) == OPERATOR
+    return not ours or tokens.STATE_LABEL in labels
+
+
+def _secret_may_matter(labels: Mapping[str, str], **_: Any) -> bool:
+    # kopf's `when=` filter, evaluated before the handler is invoked (so before any kopf log line about it).
+    return reacts_to_secret(labels)
+
+
+@kopf.on.event("", "v1", "secrets", when=_secret_may_matter)
 async def secret_event(namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
-    # A user's Secret (a webhook token, a header value, a database URL) changed. Only namespaces that
-    # already have mcpg objects are reconciled; the others are not ours to touch.
+    # A user's Secret (a webhook token, a header value, a database URL) or a rotation state changed. Only
+    # namespaces that already have mcpg objects are reconciled; the others are not ours to touch.
     if namespace and namespace in memo.scheduler.known():
         memo.scheduler.request(namespace)
 
 
-@kopf.on.event("apps", "v1", "deployments", labels={"app.kubernetes.io/managed-by": "mcpg-operator"})
+@kopf.on.event("apps", "v1", "deployments", labels={MANAGED_BY: OPERATOR})
 async def gateway_deployment_event(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
     # Rollout progress drives token retirement.
     if namespace and name == objects.NAME:

@@ -7,12 +7,46 @@ does not exist) is the reconciler's business, not the model's.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import re
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 GROUP, VERSION = "mcpg.dev", "v1alpha1"
+
+# The API server's own rules for what these fields name, as patterns in the CRDs (tests/unit/operator/test_api.py
+# checks that every reference there carries exactly these). A name the API server would refuse must be refused
+# here too: the operator writes the Secret a WebhookToken names, and a refused write would fail the namespace's
+# every reconcile instead of this one object.
+NAME_MAX = 253
+OBJECT_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+"""A Kubernetes object name (DNS-1123 subdomain): what a Secret or a WebhookToken may be called."""
+DATA_KEY_PATTERN = r"^([-_a-zA-Z0-9]|\.[-_a-zA-Z0-9])[-._a-zA-Z0-9]*$"
+"""A Secret data key: `[-._a-zA-Z0-9]+`, and neither `.` nor `..` nor anything starting with `..`."""
+
+
+def _object_name(value: str) -> str:
+    # fullmatch, as the API server's RE2 does: Python's `$` alone would let a trailing newline through.
+    if len(value) > NAME_MAX or not re.fullmatch(OBJECT_NAME_PATTERN, value):
+        raise ValueError(
+            f"must be a Kubernetes object name: at most {NAME_MAX} lowercase letters, digits, '-' and '.', "
+            "starting and ending with a letter or digit"
+        )
+    return value
+
+
+def _data_key(value: str) -> str:
+    if len(value) > NAME_MAX or not re.fullmatch(DATA_KEY_PATTERN, value):
+        raise ValueError(
+            f"must be a Secret key: at most {NAME_MAX} letters, digits, '-', '_' and '.', "
+            "and not '.', '..' or starting with '..'"
+        )
+    return value
+
+
+ObjectName = Annotated[str, AfterValidator(_object_name)]
+DataKey = Annotated[str, AfterValidator(_data_key)]
 
 
 class _Spec(BaseModel):
@@ -20,8 +54,8 @@ class _Spec(BaseModel):
 
 
 class SecretKeyRef(_Spec):
-    name: str = Field(min_length=1)
-    key: str = Field(min_length=1)
+    name: ObjectName
+    key: DataKey
 
 
 class Header(_Spec):
@@ -48,7 +82,7 @@ class PollSpec(_Spec):
 
 
 class LocalRef(_Spec):
-    name: str = Field(min_length=1)
+    name: ObjectName
 
 
 class WebhookSpec(_Spec):
@@ -135,8 +169,8 @@ class ResourceWatchSpec(_Spec):
 
 
 class WebhookTokenSecretRef(_Spec):
-    name: str = Field(min_length=1)
-    key: str = "token"
+    name: ObjectName
+    key: DataKey = "token"
 
 
 class WebhookTokenSpec(_Spec):

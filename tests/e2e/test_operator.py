@@ -53,6 +53,29 @@ def rendered_config(plane: ControlPlane, namespace: str) -> dict[str, Any]:
     return config
 
 
+def base64_forms(value: str) -> set[str]:
+    """How `value` shows inside any base64 text, at each of the three byte offsets (mod 3) it can start at.
+
+    Secret data travels base64-encoded in API bodies, alone (a token key) or inside a larger value (the rendered
+    gateway.yaml, a rotation state's JSON); only the characters that `value`'s own bits fully determine are kept.
+    """
+    raw = value.encode()
+    forms = set()
+    for offset in range(3):
+        encoded = base64.b64encode(bytes(offset) + raw).decode()
+        forms.add(encoded[(8 * offset + 5) // 6 : 8 * (offset + len(raw)) // 6])
+    return forms
+
+
+def assert_not_logged(log: Path, *values: str) -> None:
+    """No Secret value reached the operator's log, as itself or base64-encoded (it runs with kopf's --verbose)."""
+    text = log.read_text()
+    for value in values:
+        assert value not in text, f"a Secret value is in {log}"
+        leaked = [form for form in base64_forms(value) if form in text]
+        assert not leaked, f"a Secret value is in {log}, base64-encoded: {leaked[0]}"
+
+
 def google_secret() -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -90,6 +113,7 @@ def test_the_guides_examples_become_a_ready_gateway(
     token = base64.b64decode(get(control_plane, namespace, "secret", "reports-webhook")["data"]["token"]).decode()
     assert resources["drive://folder/reports"]["watch"]["strategy"]["token"] == token
     assert len(token) >= 43  # 256 random bits, url-safe base64
+    assert_not_logged(operator, token, "Bearer e2e-google")
     dep = get(control_plane, namespace, "deployment", "mcpg-gateway")
     assert dep["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
     assert dep["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
@@ -133,20 +157,26 @@ def test_the_namespace_auth_secret_becomes_the_gateways_auth_and_no_token_is_ren
 def test_deleting_the_last_resourcewatch_removes_the_gateway(
     control_plane: ControlPlane, operator: Path, namespace: str
 ) -> None:
-    apply(control_plane, namespace, MANIFESTS / "delete-as-event.yaml", MANIFESTS / "plugin.yaml")
-    wait(control_plane, namespace, "--for=condition=Ready", "resourcewatch/drive-file", "resourcewatch/phone-inbound")
+    second = {
+        "apiVersion": "mcpg.dev/v1alpha1",
+        "kind": "ResourceWatch",
+        "metadata": {"name": "second"},
+        "spec": {"uri": "x://second", "backend": {"http": {"url": "http://upstream/"}}},
+    }
+    apply(control_plane, namespace, MANIFESTS / "delete-as-event.yaml", second)
+    wait(control_plane, namespace, "--for=condition=Ready", "resourcewatch/drive-file", "resourcewatch/second")
     control_plane.kubectl("-n", namespace, "delete", "resourcewatch", "drive-file")
     # One owner remains: the gateway stays, serving the other watch only.
     wait(
         control_plane,
         namespace,
-        "--for=jsonpath={.metadata.ownerReferences[0].name}=phone-inbound",
+        "--for=jsonpath={.metadata.ownerReferences[0].name}=second",
         "deployment/mcpg-gateway",
     )
     assert [r["name"] for r in rendered_config(control_plane, namespace)["mcp"]["capabilities"]["resources"]] == [
-        "phone-inbound"
+        "second"
     ]
-    control_plane.kubectl("-n", namespace, "delete", "resourcewatch", "phone-inbound")
+    control_plane.kubectl("-n", namespace, "delete", "resourcewatch", "second")
     wait(
         control_plane,
         namespace,
@@ -162,48 +192,63 @@ def test_deleting_the_last_resourcewatch_removes_the_gateway(
     assert secrets == []
 
 
+RW, WT = "ResourceWatch", "WebhookToken"
+HTTP = {"http": {"url": "http://u"}}
+
+
 @pytest.mark.parametrize(
-    ("spec", "message"),
+    ("kind", "spec", "message"),
     [
+        (RW, {"uri": "x://a", "uriTemplate": "x://{a}", "backend": HTTP}, "set exactly one of uri"),
         (
-            {"uri": "x://a", "uriTemplate": "x://{a}", "backend": {"http": {"url": "http://u"}}},
-            "set exactly one of uri",
-        ),
-        (
-            {
-                "uri": "x://a",
-                "backend": {"http": {"url": "http://u"}},
-                "watch": {"poll": {}, "webhook": {"tokenRef": {"name": "t"}}},
-            },
+            RW,
+            {"uri": "x://a", "backend": HTTP, "watch": {"poll": {}, "webhook": {"tokenRef": {"name": "t"}}}},
             "set at most one strategy",
         ),
+        (RW, {"uri": "x://a", "backend": HTTP, "watch": {"webhook": {}}}, "a webhook needs tokenRef"),
         (
-            {"uri": "x://a", "backend": {"http": {"url": "http://u"}}, "watch": {"webhook": {}}},
-            "a webhook needs tokenRef",
-        ),
-        (
-            {
-                "uri": "x://a",
-                "backend": {"http": {"url": "http://u"}},
-                "watch": {"sqlPolling": {"urlSecretRef": {"name": "d", "key": "u"}}},
-            },
+            RW,
+            {"uri": "x://a", "backend": HTTP, "watch": {"sqlPolling": {"urlSecretRef": {"name": "d", "key": "u"}}}},
             "sqlPolling needs a scalar tracking query",
         ),
         (
-            {
-                "uri": "x://a",
-                "backend": {"http": {"url": "http://u"}},
-                "watch": {"notificationFilter": {"scope": "expression"}},
-            },
+            RW,
+            {"uri": "x://a", "backend": HTTP, "watch": {"notificationFilter": {"scope": "expression"}}},
             "scope expression needs an expression",
         ),
-        ({"uri": "x://a", "backend": {"http": {"url": "http://u", "method": "fetch"}}}, 'Unsupported value: "fetch"'),
+        (
+            RW,
+            {"uri": "x://a", "backend": {"http": {"url": "http://u", "method": "fetch"}}},
+            'Unsupported value: "fetch"',
+        ),
+        # Names the API server would refuse for the objects they name: refused here, not at the operator's write.
+        (
+            WT,
+            {"secretRef": {"name": "Bad_Name"}, "generate": True},
+            'spec.secretRef.name: Invalid value: "Bad_Name"',
+        ),
+        (WT, {"secretRef": {"name": "ok", "key": "..token"}}, 'spec.secretRef.key: Invalid value: "..token"'),
+        (
+            RW,
+            {"uri": "x://a", "backend": HTTP, "watch": {"webhook": {"tokenRef": {"name": "Reports"}}}},
+            'spec.watch.webhook.tokenRef.name: Invalid value: "Reports"',
+        ),
+        (
+            RW,
+            {
+                "uri": "x://a",
+                "backend": {
+                    "http": {"url": "http://u", "headers": [{"name": "A", "secretKeyRef": {"name": "g", "key": "a b"}}]}
+                },
+            },
+            'spec.backend.http.headers[0].secretKeyRef.key: Invalid value: "a b"',
+        ),
     ],
 )
 def test_the_api_server_rejects_what_can_never_work(
-    control_plane: ControlPlane, crds: None, namespace: str, spec: dict[str, Any], message: str
+    control_plane: ControlPlane, crds: None, namespace: str, kind: str, spec: dict[str, Any], message: str
 ) -> None:
-    doc = {"apiVersion": "mcpg.dev/v1alpha1", "kind": "ResourceWatch", "metadata": {"name": "bad"}, "spec": spec}
+    doc = {"apiVersion": "mcpg.dev/v1alpha1", "kind": kind, "metadata": {"name": "bad"}, "spec": spec}
     result = apply(control_plane, namespace, doc, check=False)
     assert result.returncode != 0
     assert message in result.stderr
@@ -405,6 +450,7 @@ def test_rotation_never_refuses_a_sender_holding_either_token(
     )
     assert old not in everything
     assert new not in everything
+    assert_not_logged(operator, old, new)
 
 
 def post_both(image: ImageEnv, config_yaml: bytes, old: str, new: str, tmp_path: Path) -> dict[str, int]:
@@ -413,3 +459,47 @@ def post_both(image: ImageEnv, config_yaml: bytes, old: str, new: str, tmp_path:
     config.write_bytes(config_yaml)
     with programs.gateway(image, config) as gateway, httpx2.Client(base_url=gateway.base) as http:
         return {t: http.post(f"/webhooks/resource-updated/{t}").status_code for t in (old, new)}
+
+
+def test_watches_the_gateway_would_refuse_are_left_out_and_the_rest_is_served(
+    control_plane: ControlPlane, operator: Path, namespace: str
+) -> None:
+    fine = {
+        "apiVersion": "mcpg.dev/v1alpha1",
+        "kind": "ResourceWatch",
+        "metadata": {"name": "fine"},
+        "spec": {"uri": "x://fine", "backend": {"http": {"url": "http://upstream/"}}},
+    }
+    repeated = {
+        "apiVersion": "mcpg.dev/v1alpha1",
+        "kind": "ResourceWatch",
+        "metadata": {"name": "repeated"},
+        "spec": {
+            "uriTemplate": "x://{a}/{a}",
+            "readPolicy": "subscriber.principal_id == resource.variables.a",
+            "backend": {"http": {"url": "http://upstream/{a}"}},
+        },
+    }
+    # The chart installs no plugin kinds by default, and this operator has no NATS server configured.
+    apply(control_plane, namespace, fine, repeated, MANIFESTS / "plugin.yaml", MANIFESTS / "nats-topic.yaml")
+    wait(control_plane, namespace, "--for=condition=Ready", "resourcewatch/fine")
+    stalled = ("phone-inbound", "inventory-nats", "repeated")
+    wait(control_plane, namespace, "--for=condition=Stalled", *(f"resourcewatch/{n}" for n in stalled))
+    messages = {n: condition(get(control_plane, namespace, "resourcewatch", n), "Stalled")["message"] for n in stalled}
+    assert "no installed watch-strategy plugin has kind 'twilio_inbound'" in messages["phone-inbound"]
+    assert "no NATS server for this watch" in messages["inventory-nats"]
+    assert messages["repeated"].startswith("uri_template: repeats {a}")
+    names = [r["name"] for r in rendered_config(control_plane, namespace)["mcp"]["capabilities"]["resources"]]
+    assert names == ["fine"]
+    assert rendered_config(control_plane, namespace)["mcp"]["capabilities"]["resource_templates"] == []
+
+
+def test_a_namespace_being_deleted_is_left_alone_quietly(
+    control_plane: ControlPlane, operator: Path, namespace: str
+) -> None:
+    apply(control_plane, namespace, MANIFESTS / "webhooktoken.yaml", MANIFESTS / "webhook.yaml")
+    wait(control_plane, namespace, "--for=condition=Ready", "resourcewatch/reports-folder")
+    control_plane.kubectl("delete", "namespace", namespace, "--wait=false")
+    control_plane.kubectl("wait", "--for=delete", f"namespace/{namespace}", f"--timeout={BOUND}")
+    log = [line for line in operator.read_text().splitlines() if namespace in line]
+    assert not [line for line in log if "failed" in line or "Traceback" in line], "\n".join(log)

@@ -80,7 +80,7 @@ def namespace(control_plane: ControlPlane, request: pytest.FixtureRequest) -> It
     name = f"{stem}-{secrets.token_hex(3)}"
     control_plane.kubectl("create", "namespace", name)
     yield name
-    control_plane.kubectl("delete", "namespace", name, "--wait=false")
+    control_plane.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found")  # a test may delete it
 
 
 @pytest.hookimpl(wrapper=True)

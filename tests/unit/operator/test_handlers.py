@@ -1,0 +1,69 @@
+"""The kopf wiring, asked of kopf itself: which Secret events reach `secret_event`.
+
+The question is put to the same registry call kopf's reactor makes for every watch event
+(`registry._watching.get_handlers(cause=...)` in `kopf._core.reactor.processing.process_watching_cause`), with a
+cause built the way the reactor builds it (`causes.detect_watching_cause`). kopf has no public API for "would
+this handler run for this body?", so two private names are used: the `_watching` registry and
+`kopf._core.intents.causes`. Both are pinned by kopf's version in pyproject.toml; if an upgrade moves them, this
+test fails loudly at import or attribute access rather than passing silently.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import kopf
+import pytest
+from kopf._core.intents import causes
+
+from mcpg_operator import handlers
+
+SECRETS = kopf.Resource(group="", version="v1", plural="secrets", kind="Secret", namespaced=True)
+
+
+def secret(labels: dict[str, str]) -> kopf.RawBody:
+    # Only the labels decide (kopf's RawBody type declares no `data` anyway).
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "s", "namespace": "ns", "uid": "u", "labels": labels},
+    }
+
+
+def reaches_secret_event(raw: kopf.RawBody) -> bool:
+    """Whether kopf would invoke `handlers.secret_event` for a MODIFIED event of this Secret."""
+    cause = causes.detect_watching_cause(
+        raw_event={"type": "MODIFIED", "object": raw},
+        resource=SECRETS,
+        indices={},
+        logger=logging.getLogger(__name__),
+        patch=kopf.Patch(),
+        body=kopf.Body(raw),
+        memo=kopf.Memo(),
+    )
+    matched = kopf.get_default_registry()._watching.get_handlers(cause=cause)
+    return any(h.fn is handlers.secret_event for h in matched)
+
+
+@pytest.mark.parametrize(
+    ("labels", "reacts"),
+    [
+        pytest.param({}, True, id="a user's unlabelled Secret"),
+        pytest.param({"app.kubernetes.io/managed-by": "Helm"}, True, id="a user's Secret that Helm manages"),
+        pytest.param({"mcpg.dev/generated-token": "true"}, True, id="a token Secret the operator generated"),
+        pytest.param(
+            {"app.kubernetes.io/managed-by": "mcpg-operator", "mcpg.dev/rotation-state": "true"},
+            True,
+            id="the operator's rotation state (losing it must be noticed)",
+        ),
+        pytest.param(
+            {"app.kubernetes.io/managed-by": "mcpg-operator", "mcpg.dev/config-hash": "0123456789abcdef"},
+            False,
+            id="the operator's own configuration Secret",
+        ),
+    ],
+)
+def test_secret_events_reach_the_reconcile_unless_the_secret_is_the_operators_output(
+    labels: dict[str, str], reacts: bool
+) -> None:
+    assert reaches_secret_event(secret(labels)) is reacts
