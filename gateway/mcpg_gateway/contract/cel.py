@@ -10,6 +10,7 @@ business (`policy.py`); this module only compiles.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,8 @@ SUBSCRIBER_VARIABLES = {
     "subscriber.attributes": Type.Map(Type.STRING, Type.STRING),
 }
 FILTER_VARIABLES = {**SUBSCRIBER_VARIABLES, "event.uri": Type.STRING}
+_TYPES = {**FILTER_VARIABLES, "resource.uri": Type.STRING, "resource.name": Type.STRING}
+"""The type of each variable by name; any other name (`resource.variables.*`, `resource.subject_id`) is a string."""
 _COMPILE_ERROR = re.compile(r"ERROR: <input>:(\d+):(\d+): (.+?)(?: \(in container '[^']*'\))?$", re.MULTILINE)
 
 
@@ -87,16 +90,15 @@ def _compile_entry(where: str, kind: str, entry: config.Entry, out: Expressions,
 
 def compile_expression(variables: dict[str, Any], source: str, site: Site, problems: list[Problem]) -> Compiled | None:
     """Compile and type-check `source`; on failure append one problem per error (with its position)."""
-    try:
-        program = cel.NewEnv(variables=variables).compile(source)
-    except RuntimeError as e:  # cel-cpp reports every parse and check error in one RuntimeError
-        found = _COMPILE_ERROR.findall(str(e))
+    program, error = _program(frozenset(variables), source)
+    if error is not None:  # cel-cpp reports every parse and check error in one message
+        found = _COMPILE_ERROR.findall(error)
         problems.extend(
             Problem(site.path, f"{site.entry}, line {line}, column {col}: {_hint(msg, variables)}")
             for line, col, msg in found
         )
         if not found:
-            problems.append(Problem(site.path, f"{site.entry}: {str(e).splitlines()[0]}"))
+            problems.append(Problem(site.path, f"{site.entry}: {error.splitlines()[0]}"))
         return None
     result = program.return_type()
     if result not in (Type.BOOL, Type.DYN):
@@ -105,6 +107,21 @@ def compile_expression(variables: dict[str, Any], source: str, site: Site, probl
         )
         return None
     return Compiled(program, site)
+
+
+@functools.lru_cache(maxsize=4096)
+def _program(names: frozenset[str], source: str) -> tuple[Any, str | None]:
+    """The compiled program for `source` over the variables `names`, or cel-cpp's error message.
+
+    Memoised: the operator checks the same expressions on every reconcile of a namespace, and compiling is
+    most of a check's cost. A variable's type is fixed by its name in this module, so the names are the key.
+    Programs are immutable (evaluation takes its own activation), so sharing one is safe.
+    """
+    variables = {name: _TYPES.get(name, Type.STRING) for name in names}
+    try:
+        return cel.NewEnv(variables=variables).compile(source), None
+    except RuntimeError as e:
+        return None, str(e)
 
 
 def _hint(message: str, variables: dict[str, Any]) -> str:
