@@ -3,16 +3,20 @@
 Pure: no I/O, and the clock (`now`) and token generator (`new_token`) are arguments, so every decision can be
 tested the way rotation.py's state machine is. The steps, in order:
 
-1. Tokens. A WebhookToken with `generate: true` whose Secret is missing gets one created, and that is all
+1. What the pods serve. Each ReplicaSet with an available pod runs one configuration; the tokens those accept
+   are the ground truth for `TokenAccepted` and are never dropped by the cap on retiring tokens.
+2. Tokens. A WebhookToken with `generate: true` whose Secret is missing gets one created, and that is all
    such a pass writes: it asks to be run again at once, because a value is promoted only once a pass has read
-   it back, and rolling out a configuration without it (or warning that it is missing) would be wasted.
-   Otherwise a Secret that now holds a new value has it promoted; the old value starts retiring.
-2. Render the configuration from those states.
-3. Rollout. If the Deployment as read runs exactly that configuration and its rollout is complete, every pod
+   it back, and rolling out a configuration without it (or warning that it is missing) would be wasted. (One
+   the API server refused before is tried again with the rest of the pass instead, so it holds up nothing.)
+   A lost rotation-state Secret is rebuilt from what the pods accept. Then a Secret that now holds a new value
+   has it promoted and the old value starts retiring; a Secret (or key) that is gone revokes the token.
+3. Render the configuration from those states (`render.plan`: only what the gateway would start on).
+4. Rollout. If the Deployment as read runs exactly that configuration and its rollout is complete, every pod
    accepts every token in it. A token that is in no rendered configuration needs no rollout at all.
-4. Retire what is due (its replacement rolled out, plus the grace period); if anything was, render again. The
+5. Retire what is due (its replacement rolled out, plus the grace period); if anything was, render again. The
    configuration rendered last is the one applied, once.
-5. Statuses, Events, and the writes that make the namespace match (only where it does not already).
+6. Statuses, Events, and the writes that make the namespace match (only where it does not already).
 """
 
 from __future__ import annotations

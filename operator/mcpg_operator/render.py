@@ -1,9 +1,10 @@
 """Render one namespace's gateway configuration from its ResourceWatches, WebhookTokens and Secrets. Pure.
 
-Each ResourceWatch gets a verdict: served, or left out with a reason (invalid spec, a missing Secret, a token
-or URI another ResourceWatch already holds). Conflicts go to the later ResourceWatch (by creation time, then
-name), so the gateway never receives a collision. The configuration is validated against the gateway's own
-model before it is accepted: the contract is checked here, not discovered when a pod fails to start.
+Each ResourceWatch gets a verdict: served, or left out with a reason (invalid spec, a missing Secret, a token,
+URI or resource name another ResourceWatch already holds, no room left in the configuration Secret). Conflicts
+go to the later ResourceWatch (by creation time, then name), so the gateway never receives a collision. Each
+entry, and then the whole configuration, is put to the gateway's own start-up check (`contract.check`, with
+the plugin kinds its image installs): the contract is checked here, not discovered when a pod crash-loops.
 """
 
 from __future__ import annotations
