@@ -155,16 +155,20 @@ def test_the_namespace_auth_secret_becomes_the_gateways_auth_and_no_token_is_ren
     ]
 
 
+def polled(name: str) -> dict[str, Any]:
+    """The smallest ResourceWatch: polled every 60 s, needing no Secret."""
+    return {
+        "apiVersion": "mcpg.dev/v1alpha1",
+        "kind": "ResourceWatch",
+        "metadata": {"name": name},
+        "spec": {"uri": f"x://{name}", "backend": {"http": {"url": "http://upstream/"}}},
+    }
+
+
 def test_deleting_the_last_resourcewatch_removes_the_gateway(
     control_plane: ControlPlane, operator: Path, namespace: str
 ) -> None:
-    second = {
-        "apiVersion": "mcpg.dev/v1alpha1",
-        "kind": "ResourceWatch",
-        "metadata": {"name": "second"},
-        "spec": {"uri": "x://second", "backend": {"http": {"url": "http://upstream/"}}},
-    }
-    apply(control_plane, namespace, MANIFESTS / "delete-as-event.yaml", second)
+    apply(control_plane, namespace, MANIFESTS / "delete-as-event.yaml", polled("second"))
     wait(control_plane, namespace, "--for=condition=Ready", "resourcewatch/drive-file", "resourcewatch/second")
     control_plane.kubectl("-n", namespace, "delete", "resourcewatch", "drive-file")
     # One owner remains: the gateway stays, serving the other watch only.
@@ -465,12 +469,7 @@ def post_both(image: ImageEnv, config_yaml: bytes, old: str, new: str, tmp_path:
 def test_watches_the_gateway_would_refuse_are_left_out_and_the_rest_is_served(
     control_plane: ControlPlane, operator: Path, namespace: str
 ) -> None:
-    fine = {
-        "apiVersion": "mcpg.dev/v1alpha1",
-        "kind": "ResourceWatch",
-        "metadata": {"name": "fine"},
-        "spec": {"uri": "x://fine", "backend": {"http": {"url": "http://upstream/"}}},
-    }
+    fine = polled("fine")
     repeated = {
         "apiVersion": "mcpg.dev/v1alpha1",
         "kind": "ResourceWatch",
