@@ -8,6 +8,7 @@ does not exist) is the reconciler's business, not the model's.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
@@ -26,27 +27,38 @@ DATA_KEY_PATTERN = r"^([-_a-zA-Z0-9]|\.[-_a-zA-Z0-9])[-._a-zA-Z0-9]*$"
 """A Secret data key: `[-._a-zA-Z0-9]+`, and neither `.` nor `..` nor anything starting with `..`."""
 
 
-def _object_name(value: str) -> str:
-    # fullmatch, as the API server's RE2 does: Python's `$` alone would let a trailing newline through.
-    if len(value) > NAME_MAX or not re.fullmatch(OBJECT_NAME_PATTERN, value):
-        raise ValueError(
-            f"must be a Kubernetes object name: at most {NAME_MAX} lowercase letters, digits, '-' and '.', "
-            "starting and ending with a letter or digit"
+def _matching(pattern: str, what: str) -> Callable[[str], str]:
+    """A validator: the whole value matches `pattern` and has at most NAME_MAX characters, or `what` is said."""
+
+    def check(value: str) -> str:
+        # fullmatch, as the API server's RE2 does: Python's `$` alone would let a trailing newline through.
+        if len(value) > NAME_MAX or not re.fullmatch(pattern, value):
+            raise ValueError(f"must be {what}")
+        return value
+
+    return check
+
+
+ObjectName = Annotated[
+    str,
+    AfterValidator(
+        _matching(
+            OBJECT_NAME_PATTERN,
+            f"a Kubernetes object name: at most {NAME_MAX} lowercase letters, digits, '-' and '.', "
+            "starting and ending with a letter or digit",
         )
-    return value
-
-
-def _data_key(value: str) -> str:
-    if len(value) > NAME_MAX or not re.fullmatch(DATA_KEY_PATTERN, value):
-        raise ValueError(
-            f"must be a Secret key: at most {NAME_MAX} letters, digits, '-', '_' and '.', "
-            "and not '.', '..' or starting with '..'"
+    ),
+]
+DataKey = Annotated[
+    str,
+    AfterValidator(
+        _matching(
+            DATA_KEY_PATTERN,
+            f"a Secret key: at most {NAME_MAX} letters, digits, '-', '_' and '.', and not '.', '..' or starting "
+            "with '..'",
         )
-    return value
-
-
-ObjectName = Annotated[str, AfterValidator(_object_name)]
-DataKey = Annotated[str, AfterValidator(_data_key)]
+    ),
+]
 
 
 class _Spec(BaseModel):

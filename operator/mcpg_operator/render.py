@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import re
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -248,7 +249,9 @@ def _isolated(
     try:
         return _one(rw, tokens, secrets, defaults, claims)
     except Exception as e:  # a bug here must cost one watch, not every watch of the namespace
-        logger.exception("rendering ResourceWatch %s failed", rw.name)
+        # The frames, not the exception's text: it may quote a value resolved from a Secret.
+        where = "".join(traceback.format_tb(e.__traceback__))
+        logger.error("rendering ResourceWatch %s failed with %s at\n%s", rw.name, type(e).__name__, where)
         message = f"the operator could not render this watch ({type(e).__name__}); see the operator log"
         return Verdict(False, c.INVALID_SPEC, message, stalled=True), "", None
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from mcpg_operator import settings
 from mcpg_testing.controlplane import ControlPlane
 
 CHART = Path(__file__).parents[2] / "charts" / "mcpg"
@@ -42,6 +43,21 @@ def test_watching_a_list_of_namespaces_binds_the_role_in_each_and_nowhere_else(c
     [deployment] = [d for d in docs if d["kind"] == "Deployment"]
     env = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["MCPG_WATCH_NAMESPACES"] == "shop,mail"
+
+
+@pytest.mark.parametrize(
+    ("values", "kinds"), [((), []), (("--set", "gateway.pluginKinds={udp_datagram}"), ["udp_datagram"])]
+)
+def test_the_environment_the_chart_renders_is_one_the_operator_accepts(
+    control_plane: ControlPlane, values: tuple[str, ...], kinds: list[str]
+) -> None:
+    out = helm(control_plane, "template", "t", str(CHART), *values).stdout
+    [deployment] = [d for d in yaml.safe_load_all(out) if d and d["kind"] == "Deployment"]
+    env = {
+        e["name"]: e["value"] for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"] if "value" in e
+    }
+    loaded = settings.load(env)  # raises SettingsError naming any variable the operator could not use
+    assert loaded.gateway.plugin_kinds == kinds
 
 
 def test_helm_install_creates_every_object_and_uninstall_removes_them(

@@ -20,29 +20,26 @@ from mcpg_gateway.contract import check
 from mcpg_gateway.gateway import Gateway, Options
 from mcpg_testing import BOUND_S, configs
 from mcpg_testing.clients import Subscription
+from mcpg_testing.loopback import GatewayUrls
 
 ADMIN_TOKEN = "adm-token"
 SENTINEL_URI, SENTINEL_TOKEN = "sentinel://tick", "sentinel-token"
 
 
 @dataclass
-class RunningGateway:
+class RunningGateway(GatewayUrls):
     gw: Gateway
     addrs: servers.Addresses
     stop: asyncio.Event
     task: asyncio.Task[None]
 
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.addrs.port}"
+    @property  # read from the addresses the servers bound, not stored twice
+    def port(self) -> int:
+        return self.addrs.port
 
     @property
-    def mcp_url(self) -> str:
-        return f"{self.base}/mcp"
-
-    @property
-    def admin(self) -> str:
-        return f"http://127.0.0.1:{self.addrs.admin_port}"
+    def admin_port(self) -> int:
+        return self.addrs.admin_port
 
     async def shutdown(self) -> None:
         self.stop.set()

@@ -22,6 +22,7 @@ from types import TracebackType
 
 from mcpg_testing import processes
 from mcpg_testing.images import ImageEnv
+from mcpg_testing.loopback import GatewayUrls
 from mcpg_testing.processes import WaitTimeout, free_ports, tail, wait_until
 
 START_S = 60.0
@@ -96,24 +97,12 @@ class Program:
 
 
 @dataclass(frozen=True, slots=True)
-class GatewayProcess:
+class GatewayProcess(GatewayUrls):
     """A running `mcpg-gateway` and the loopback ports it chose."""
 
     program: Program
     port: int
     admin_port: int
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def mcp_url(self) -> str:
-        return f"{self.base}/mcp"
-
-    @property
-    def admin(self) -> str:
-        return f"http://127.0.0.1:{self.admin_port}"
 
 
 @contextlib.contextmanager

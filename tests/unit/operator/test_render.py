@@ -264,13 +264,15 @@ def test_a_problem_the_whole_configuration_check_finds_leaves_out_the_watch_whos
     assert plan.verdicts["b"].message == "uri: a rule only the whole file shows"
 
 
-def test_a_watch_the_renderer_fails_on_is_left_out_and_the_others_are_served(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_watch_the_renderer_fails_on_is_left_out_and_the_others_are_served(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     backend = {"http": {"url": "http://u/"}}
     real = render._entry
 
     def broken_for_b(name: str, *args: Any) -> dict[str, Any]:
         if name == "b":
-            raise ZeroDivisionError("a bug")
+            raise ZeroDivisionError("Bearer " + "s3" + "cret")  # split: the traceback quotes this line
         return real(name, *args)
 
     monkeypatch.setattr(render, "_entry", broken_for_b)
@@ -278,6 +280,9 @@ def test_a_watch_the_renderer_fails_on_is_left_out_and_the_others_are_served(mon
     assert plan.verdicts["a"].served
     assert (plan.verdicts["b"].served, plan.verdicts["b"].stalled) == (False, True)
     assert "ZeroDivisionError" in plan.verdicts["b"].message
+    assert "ZeroDivisionError" in caplog.text  # logged, with where it happened...
+    assert "broken_for_b" in caplog.text
+    assert "s3cret" not in caplog.text + plan.verdicts["b"].message  # ...but never the text, which may hold a secret
 
 
 def test_template_variables_the_gateway_refuses_leave_only_that_watch_out() -> None:
