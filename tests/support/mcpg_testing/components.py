@@ -9,6 +9,7 @@ operator ServiceAccount, so the operator runs under exactly the RBAC the chart g
 from __future__ import annotations
 
 import secrets
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,8 +20,10 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from mcpg_testing.processes import free_ports
 
-COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
-"""In start order: each needs the ones before it."""
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "mcpg-kubelet")
+"""In start order: each needs the ones before it. All but the last are binaries `make binaries` builds."""
+KUBELET = "mcpg-kubelet"
+"""The local kubelet (`kubelet.py`): runs the pods of `runtimes.IMAGES` for real, on kwok's node."""
 KWOK_STAGES = "kwok-stages.yaml"  # written next to the binaries by hack/build-control-plane.sh
 NODE_NAME = "kwok-node-0"
 OPERATOR_USER = "system:serviceaccount:mcpg-system:mcpg-operator"
@@ -30,6 +33,8 @@ CONTROLLERS = (
     "replicaset-controller",
     "garbage-collector-controller",
     "namespace-controller",
+    # EndpointSlices from pod readiness: what the local kubelet's Service stand-in forwards to.
+    "endpointslice-controller",
 )
 
 
@@ -93,9 +98,36 @@ class Layout:
     def kubectl_cache(self) -> Path:
         return self.state_dir / "kubectl-cache"
 
+    @property
+    def kwok_stages(self) -> Path:
+        """kwok's stages as `kwok_stages` rewrites them (the cached defaults, minus the local images' pods)."""
+        return self.state_dir / KWOK_STAGES
+
+    @property
+    def services(self) -> Path:
+        """The local kubelet's record of each Service port's loopback port."""
+        return self.state_dir / "services.json"
+
+    @property
+    def pods(self) -> Path:
+        """The local kubelet's record of the pods it runs: host ports, pod IP, PID, log file."""
+        return self.state_dir / "pods.json"
+
+    @property
+    def kubelet_ready(self) -> Path:
+        return self.state_dir / "kubelet.ready"
+
+
+def argv(component: str, layout: Layout, endpoints: Endpoints) -> list[str]:
+    """The command line of `component` (one of COMPONENTS)."""
+    if component == KUBELET:
+        state = ["--state", str(layout.state_dir), "--node", NODE_NAME]
+        return [sys.executable, "-m", "mcpg_testing.kubelet", "--kubeconfig", str(layout.kubeconfig), *state]
+    return [str(layout.bin_dir / component), *flags(component, layout, endpoints)]
+
 
 def flags(component: str, layout: Layout, endpoints: Endpoints) -> list[str]:
-    """The command-line flags of `component` (one of COMPONENTS)."""
+    """The command-line flags of `component` (one of the binaries in COMPONENTS)."""
     builders = {
         "etcd": _etcd_flags,
         "kube-apiserver": _apiserver_flags,
@@ -163,7 +195,7 @@ def _kwok_flags(layout: Layout, endpoints: Endpoints) -> list[str]:
         f"--kubeconfig={layout.kubeconfig}",
         # the default stages kwokctl would pass (Ready node, Running/Ready pods, deletion);
         # also keeps the user's ~/.kwok/kwok.yaml out
-        f"--config={layout.bin_dir / KWOK_STAGES}",
+        f"--config={layout.kwok_stages}",
         "--manage-all-nodes=false",
         "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
         "--manage-nodes-with-label-selector=",
@@ -172,6 +204,19 @@ def _kwok_flags(layout: Layout, endpoints: Endpoints) -> list[str]:
         "--node-ip=10.0.0.1",
         "--node-lease-duration-seconds=40",
     ]
+
+
+def kwok_stages(defaults: str, local_images: list[str]) -> str:
+    """kwok's default stages with every Pod stage limited to pods whose image the local kubelet does not run.
+
+    kwok would otherwise mark those pods Running and Ready (and delete them) as well: two kubelets for one pod.
+    """
+    docs = [d for d in yaml.safe_load_all(defaults) if d]
+    for stage in docs:
+        if stage["spec"]["resourceRef"]["kind"] == "Pod":
+            expressions = stage["spec"].setdefault("selector", {}).setdefault("matchExpressions", [])
+            expressions.append({"key": ".spec.containers.[0].image", "operator": "NotIn", "values": local_images})
+    return yaml.safe_dump_all(docs, sort_keys=False)
 
 
 def write_credentials(layout: Layout, endpoints: Endpoints) -> str:

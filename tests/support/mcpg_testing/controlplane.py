@@ -24,10 +24,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import TypedDict
+from typing import Any, TypedDict
 
-from mcpg_testing import components
-from mcpg_testing.components import COMPONENTS, KWOK_STAGES, NODE_NAME, Endpoints, Layout
+from mcpg_testing import components, runtimes
+from mcpg_testing.components import COMPONENTS, KUBELET, KWOK_STAGES, NODE_NAME, Endpoints, Layout
 from mcpg_testing.processes import WaitTimeout, die_with_parent_hook, pid_alive, send_signal, tail, wait_until
 
 logger = logging.getLogger(__name__)
@@ -95,9 +95,42 @@ class ControlPlane:
     def log(self, component: str) -> Path:
         return self.logs_dir / f"{component}.log"
 
-    def log_tails(self, lines: int = 25) -> str:
-        """The tail of every component's log, for a failure report."""
-        return "\n".join(f"--- {c} ({self.log(c)}) ---\n{tail(self.log(c), lines)}" for c in COMPONENTS)
+    def log_tails(self, lines: int = 25, pods: int = 4) -> str:
+        """The tail of every component's log and of the `pods` most recently written pod logs, for a report."""
+        logs = [self.log(c) for c in COMPONENTS]
+        pod_logs = sorted((self.logs_dir / "pods").glob("*.log"), key=lambda p: p.stat().st_mtime)[-pods:]
+        return "\n".join(f"--- {path.stem} ({path}) ---\n{tail(path, lines)}" for path in logs + pod_logs)
+
+    # -- the local kubelet's Service stand-ins ------------------------------------------------------------
+
+    def service_port(self, namespace: str, name: str, port: str = "http", timeout: float = READY_TIMEOUT) -> int:
+        """The loopback port standing in for Service `namespace/name`'s `port` (by name), once the local kubelet
+        opened it; a Service only reaches pods that the local kubelet runs and that are Ready."""
+        found: list[int] = []
+
+        def opened() -> bool:
+            try:
+                record = json.loads(self.layout.services.read_text())
+            except (OSError, ValueError):
+                return False
+            found[:] = (
+                [int(record[f"{namespace}/{name}"][port])] if port in record.get(f"{namespace}/{name}", {}) else []
+            )
+            return bool(found)
+
+        wait_until(opened, timeout, f"the local stand-in of service {namespace}/{name} port {port}")
+        return found[0]
+
+    def service_url(self, namespace: str, name: str, port: str = "http") -> str:
+        return f"http://127.0.0.1:{self.service_port(namespace, name, port)}"
+
+    def local_pods(self) -> dict[str, dict[str, Any]]:
+        """`namespace/pod` -> what the local kubelet records of it (uid, ip, pid, host ports by containerPort, log)."""
+        try:
+            record: dict[str, dict[str, Any]] = json.loads(self.layout.pods.read_text())
+        except (OSError, ValueError):
+            return {}
+        return record
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -125,36 +158,43 @@ class ControlPlane:
 
     def start(self) -> None:
         """Start every component and return once the fake node is Ready; clean up on failure."""
-        binaries = {name: self.binary(name) for name in (*COMPONENTS, "kubectl", KWOK_STAGES)}
+        for name in (*COMPONENTS, "kubectl", KWOK_STAGES):
+            if name != KUBELET:
+                self.binary(name)  # a clear error now if `make binaries` was not run
         if self.processes():
             logger.info("stopping what is left of a previous control plane in %s", self.state_dir)
             self.stop()
         started = time.monotonic()
         try:
-            self._start(binaries)
+            self._start()
         except BaseException:
             logger.error("control plane failed to start; stopping what was started")
             self.stop()
             raise
         logger.info("control plane ready in %.1fs (kubeconfig %s)", time.monotonic() - started, self.kubeconfig)
 
-    def _start(self, binaries: dict[str, Path]) -> None:
+    def _start(self) -> None:
         self.logs_dir.mkdir(parents=True, exist_ok=True)
+        defaults = self.binary(KWOK_STAGES).read_text()
+        self.layout.kwok_stages.write_text(components.kwok_stages(defaults, sorted(runtimes.IMAGES)))
         self.layout.pki.mkdir(mode=0o700)  # keys and tokens
         self.layout.etcd_data.mkdir(mode=0o700)
         endpoints = Endpoints.pick()
         admin_token = components.write_credentials(self.layout, endpoints)
         processes: dict[str, Recorded] = {}
         for name in COMPONENTS:
-            argv = [str(binaries[name]), *components.flags(name, self.layout, endpoints)]
+            argv = components.argv(name, self.layout, endpoints)
             processes[name] = Recorded(pid=self._spawn(name, argv), argv0=argv[0])
             self._save(endpoints, processes)  # recorded at once, so `down` can clean up a failed `up`
             if name == "etcd":
                 self._await(name, lambda: b'"health":"true"' in _request(endpoints.etcd_url, "GET", "/health")[1])
             elif name == "kube-apiserver":
                 self._await(name, lambda: _request(endpoints.server, "GET", "/readyz", admin_token)[0] == 200)
-        self._create_node(endpoints, admin_token)
-        self._await("kwok", lambda: _node_ready(endpoints, admin_token), f"node {NODE_NAME} Ready")
+            elif name == "kwok":
+                self._create_node(endpoints, admin_token)
+                self._await("kwok", lambda: _node_ready(endpoints, admin_token), f"node {NODE_NAME} Ready")
+            elif name == KUBELET:
+                self._await(name, self.layout.kubelet_ready.exists, "the local kubelet to follow the node")
 
     def _spawn(self, name: str, argv: list[str]) -> int:
         with self.log(name).open("wb") as out:
@@ -212,7 +252,7 @@ class ControlPlane:
         self._children.clear()
         for path in (self.layout.etcd_data, self.layout.pki, self.layout.kubectl_cache):
             shutil.rmtree(path, ignore_errors=True)
-        for path in (self.kubeconfig, self.operator_kubeconfig, self.layout.record):
+        for path in (self.kubeconfig, self.operator_kubeconfig, self.layout.record, self.layout.kubelet_ready):
             path.unlink(missing_ok=True)
 
     def _still_alive(self, processes: dict[str, Recorded]) -> list[str]:
