@@ -24,6 +24,11 @@ HASH_LABEL = "mcpg.dev/config-hash"
 MANAGED = {"app.kubernetes.io/managed-by": "mcpg-operator", "app.kubernetes.io/part-of": "mcpg"}
 SELECTOR = {"app.kubernetes.io/name": NAME}
 PUBLIC_PORT, ADMIN_PORT = 8080, 9090
+DRAIN_S = 5
+"""preStop pause before SIGTERM: long enough for the pod's removal from the Service's endpoints to reach every
+proxy, so no sender or subscriber is sent to a gateway that has stopped accepting connections."""
+GRACE_S = 30
+"""The drain, then the gateway's own graceful stop (listen streams answered, sessions closed), with room to spare."""
 CONFIG_DIR = "/etc/mcpg"
 CONFIG_KEY = "gateway.yaml"
 SECRET_SIZE_LIMIT = 1024 * 1024
@@ -144,6 +149,7 @@ def _pod_template(config_hash: str, defaults: GatewayDefaults) -> dict[str, Any]
                 "fsGroup": 65532,
                 "seccompProfile": {"type": "RuntimeDefault"},
             },
+            "terminationGracePeriodSeconds": GRACE_S,
             "containers": [_container(defaults)],
             "volumes": [
                 {"name": "config", "secret": {"secretName": config_secret_name(config_hash), "defaultMode": 0o440}},
@@ -163,6 +169,9 @@ def _container(defaults: GatewayDefaults) -> dict[str, Any]:
             }
         )
     probe = {"periodSeconds": 5, "timeoutSeconds": 2, "failureThreshold": 3}
+    # Readiness is probed more often: a new pod takes a second or two to serve, and every rollout (a rotation
+    # is two) waits for each new pod's first passing probe. /readyz is a constant-time answer.
+    readiness = probe | {"periodSeconds": 2}
     return {
         "name": "gateway",
         "image": defaults.image,
@@ -174,8 +183,9 @@ def _container(defaults: GatewayDefaults) -> dict[str, Any]:
         ],
         "env": env,
         "resources": defaults.resources,
-        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}, **probe},
+        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}, **readiness},
         "livenessProbe": {"httpGet": {"path": "/healthz", "port": "http"}, **probe, "initialDelaySeconds": 5},
+        "lifecycle": {"preStop": {"sleep": {"seconds": DRAIN_S}}},
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": True,

@@ -84,3 +84,12 @@ def test_a_nodeport_service_takes_the_fixed_ports_kind_maps_to_the_host() -> Non
     assert spec["type"] == "NodePort"
     assert {p["name"]: p["nodePort"] for p in spec["ports"]} == {"http": 30080, "admin": 30090}
     assert "nodePort" not in str(objects.service("ns", OWNERS)["spec"])
+
+
+def test_a_gateway_pod_drains_before_it_stops_within_its_grace_period() -> None:
+    """Endpoint removal must reach the proxies before the gateway stops accepting: preStop sleeps first."""
+    dep = objects.deployment("ns", "a" * 64, GatewayDefaults(), [])
+    pod = dep["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert container["lifecycle"]["preStop"] == {"sleep": {"seconds": objects.DRAIN_S}}
+    assert pod["terminationGracePeriodSeconds"] > objects.DRAIN_S + 5  # drain, then the gateway's own stop
