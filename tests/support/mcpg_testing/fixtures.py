@@ -17,16 +17,24 @@ from typing import Any
 
 import pytest
 
-from mcpg_testing import images, installation
+from mcpg_testing import images, installation, runtimes
 from mcpg_testing.controlplane import ControlPlane
 from mcpg_testing.images import ImageEnv
-from mcpg_testing.programs import OperatorProcess
+from mcpg_testing.operators import OperatorReplicas
 
 OPERATOR_SETTINGS = {
+    # As the chart's downward API sets it: the Lease of the leader election lives beside the operator.
+    "POD_NAMESPACE": installation.OPERATOR_NAMESPACE,
     "MCPG_RESYNC_SECONDS": "5",
-    "MCPG_GATEWAY_IMAGE": "mcpg/gateway:e2e",
+    # Gateway pods of this image are run by the local kubelet (`runtimes.IMAGES`), for real.
+    "MCPG_GATEWAY_IMAGE": runtimes.GATEWAY_IMAGE,
     # Three replicas rolled one at a time: more interleavings for the rotation samples to cover.
     "MCPG_GATEWAY_REPLICAS": "3",
+    # Two operator replicas contend for the Lease, as the chart runs them; a short lease makes a killed leader's
+    # successor take over within seconds (the chart keeps controller-runtime's 15 s).
+    "MCPG_LEADER_ELECTION_LEASE_DURATION_SECONDS": "4",
+    "MCPG_LEADER_ELECTION_RENEW_DEADLINE_SECONDS": "3",
+    "MCPG_LEADER_ELECTION_RETRY_PERIOD_SECONDS": "1",
 }
 
 
@@ -62,15 +70,21 @@ def chart_rbac(control_plane: ControlPlane, crds: None) -> None:
 
 
 @pytest.fixture(scope="session")
-def operator(
+def operators(
     control_plane: ControlPlane, chart_rbac: None, operator_env: ImageEnv, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Path]:
-    """`mcpg-operator` from its image env, as the chart's ServiceAccount, started and live. Yields its log file."""
+) -> Iterator[OperatorReplicas]:
+    """Two `mcpg-operator` replicas from its image env, as the chart's ServiceAccount, one of them leading."""
     log = tmp_path_factory.mktemp("operator") / "operator.log"
     kubeconfig = control_plane.operator_kubeconfig
-    with OperatorProcess(operator_env, kubeconfig, log, OPERATOR_SETTINGS, ["--verbose"]) as process:
-        process.wait_ready()
-        yield log
+    with OperatorReplicas(operator_env, kubeconfig, log, OPERATOR_SETTINGS, ["--verbose"]) as replicas:
+        yield replicas
+
+
+@pytest.fixture
+def operator(operators: OperatorReplicas) -> Path:
+    """The operator's log file (every replica writes to it), once a replica is active."""
+    operators.leader()
+    return operators.log
 
 
 @pytest.fixture
