@@ -1,11 +1,12 @@
 """`make demo`: mcpg end to end on a local control plane, narrated for a newcomer, then torn down.
 
 Control plane up, CRDs and the chart's RBAC installed, the operator running under that identity, a WebhookToken
-and two ResourceWatches (webhook and poll) applied, a gateway process started on the configuration the operator
-rendered, an MCP client subscribed, a webhook posted and a poll change made, then a token rotated by editing its
-Secret with the old and new tokens tried against each stage's configuration.
+and two ResourceWatches (webhook and poll) applied, the gateway Deployment the operator rendered run as real pods
+by the local kubelet, an MCP client subscribed through the gateway's Service, a webhook posted and a poll change
+made, then a token rotated by editing its Secret, with the old and new tokens posted through the Service at each
+stage of the rotation.
 
-The operator, the gateway and `mcpg-subscribe` run from their images' environments (`.venv-operator`,
+The operator, the gateway pods and `mcpg-subscribe` run from their images' environments (`.venv-operator`,
 `.venv-gateway`: `mcpg_testing.images`), so the demo shows what the images ship, not the dev venv.
 """
 
@@ -20,18 +21,17 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx2
 import yaml
 
-from mcpg_testing import images, installation
+from mcpg_testing import images, installation, runtimes
 from mcpg_testing.controlplane import ControlPlane, ControlPlaneError
 from mcpg_testing.images import ImageEnv, ImageEnvError
 from mcpg_testing.processes import free_ports
-from mcpg_testing.programs import OperatorProcess, Program, ProgramError, gateway
+from mcpg_testing.programs import OperatorProcess, Program, ProgramError
 
 ROOT = images.REPO
 STATE = ROOT / ".cluster"
@@ -105,37 +105,9 @@ def auth_secret(client_token: str) -> str:
     return yaml.safe_dump(secret)
 
 
-def rendered_configs(plane: ControlPlane) -> list[tuple[int, bytes]]:
-    """Each ReplicaSet's configuration, oldest revision first."""
-    rs = json.loads(plane.kubectl("-n", NS, "get", "replicasets", "-o", "json").stdout)["items"]
-    out: list[tuple[int, bytes]] = []
-    for item in rs:
-        revision = int(item["metadata"]["annotations"]["deployment.kubernetes.io/revision"])
-        [vol] = [v for v in item["spec"]["template"]["spec"]["volumes"] if v["name"] == "config"]
-        secret = json.loads(plane.kubectl("-n", NS, "get", "secret", vol["secret"]["secretName"], "-o", "json").stdout)
-        out.append((revision, base64.b64decode(secret["data"]["gateway.yaml"])))
-    return sorted(out)
-
-
-def current_config(plane: ControlPlane) -> bytes:
-    dep = json.loads(plane.kubectl("-n", NS, "get", "deployment", "mcpg-gateway", "-o", "json").stdout)
-    [vol] = [v for v in dep["spec"]["template"]["spec"]["volumes"] if v["name"] == "config"]
-    secret = json.loads(plane.kubectl("-n", NS, "get", "secret", vol["secret"]["secretName"], "-o", "json").stdout)
-    return base64.b64decode(secret["data"]["gateway.yaml"])
-
-
 def token(plane: ControlPlane) -> str:
     secret = json.loads(plane.kubectl("-n", NS, "get", "secret", "report-webhook", "-o", "json").stdout)
     return base64.b64decode(secret["data"]["token"]).decode()
-
-
-@contextlib.contextmanager
-def serving(image: ImageEnv, config: bytes, workdir: Path) -> Iterator[str]:
-    """A gateway from its image env on `config`; yields its base URL."""
-    path = workdir / f"gateway-{time.monotonic_ns()}.yaml"
-    path.write_bytes(config)
-    with gateway(image, path) as gw:
-        yield gw.base
 
 
 def post(base: str, tok: str) -> int:
@@ -145,7 +117,15 @@ def post(base: str, tok: str) -> int:
 def demo(plane: ControlPlane, envs: Images, work: Path) -> None:
     install(plane)
     say("Starting the operator as the chart's ServiceAccount (exactly the RBAC the chart grants).")
-    settings = {"MCPG_RESYNC_SECONDS": "5", "MCPG_GATEWAY_REPLICAS": "2"}
+    # One gateway replica: until replicas share a notification bus, a webhook reaches only the subscribers of
+    # the pod the Service sent it to.
+    settings = {
+        "MCPG_RESYNC_SECONDS": "5",
+        "MCPG_GATEWAY_REPLICAS": "1",
+        "MCPG_GATEWAY_IMAGE": runtimes.GATEWAY_IMAGE,
+        "POD_NAMESPACE": installation.OPERATOR_NAMESPACE,
+        "POD_NAME": "mcpg-operator-demo",
+    }
     print(f"    {envs.operator.bin_dir / 'mcpg-operator'}   (the operator image's install)", flush=True)
     with contextlib.ExitStack() as stack:
         operator = OperatorProcess(envs.operator, plane.operator_kubeconfig, work / "operator.log", settings)
@@ -180,16 +160,12 @@ def demo(plane: ControlPlane, envs: Images, work: Path) -> None:
             "--timeout=90s",
         )
         say(
-            "The operator rendered the gateway: a Deployment rolled out on the fake node, "
-            "its configuration in a Secret."
+            "The operator rendered the gateway: a Deployment, its configuration in a Secret, and a Service. "
+            "The local kubelet runs its pod as a real process, Ready once its readiness probe passes."
         )
-        show(plane, "-n", NS, "get", "resourcewatches,webhooktokens,deployments,secrets")
-        say(
-            "kwok runs no containers, so a real gateway process starts on the exact configuration "
-            "the operator rendered."
-        )
-        base = stack.enter_context(serving(envs.gateway, current_config(plane), work))
-        print(f"    gateway at {base}", flush=True)
+        show(plane, "-n", NS, "get", "resourcewatches,webhooktokens,deployments,pods,services,secrets")
+        base = plane.service_url(NS, "mcpg-gateway")
+        print(f"    the Service mcpg-gateway (port http) stands in on {base}", flush=True)
         say("An MCP client subscribes to both resources (protocol 2026-07-28, subscriptions/listen):")
         argv = envs.gateway.command("mcpg-subscribe", f"{base}/mcp", "report://daily", "status://service")
         client = stack.enter_context(Program([*argv, "--token", client_token], envs.gateway.environ()))
@@ -201,32 +177,35 @@ def demo(plane: ControlPlane, envs: Images, work: Path) -> None:
         say("The status changes upstream; the poll (every 10 s, the floor) notices the new SHA-256:")
         (site / "status.json").write_text('{"status": "amber"}\n')
         print("    client: " + client.wait_for("status://service", 25), flush=True)
-        rotate(plane, envs.gateway, tok, work)
+        rotate(plane, base, tok)
 
 
-def rotate(plane: ControlPlane, image: ImageEnv, old: str, work: Path) -> None:
+def rotate(plane: ControlPlane, base: str, old: str) -> None:
     say("Rotating the token by editing its Secret:")
     new = base64.urlsafe_b64encode(os.urandom(32)).decode().rstrip("=")
     patch = json.dumps({"stringData": {"token": new}})
     print(f'$ kubectl -n {NS} patch secret report-webhook --type merge -p \'{{"stringData":{{"token":"<new>"}}}}\'')
     print(plane.kubectl("-n", NS, "patch", "secret", "report-webhook", "--type", "merge", "-p", patch).stdout.rstrip())
-    show(plane, "-n", NS, "get", "webhooktokens")
+    both_tokens(base, old, new, "right after the edit")
     # Wait for this token, not just any Ready: the old token's Ready status is still there right after the edit.
     digest = hashlib.sha256(new.encode()).hexdigest()[:12]
-    for condition in (f"jsonpath={{.status.currentDigest}}={digest}", "jsonpath={.status.phase}=Ready"):
-        plane.kubectl("-n", NS, "wait", f"--for={condition}", "webhooktoken/report-token", "--timeout=90s")
+    accepted = f"jsonpath={{.status.currentDigest}}={digest}"
+    plane.kubectl("-n", NS, "wait", f"--for={accepted}", "webhooktoken/report-token", "--timeout=90s")
+    plane.kubectl("-n", NS, "wait", "--for=condition=TokenAccepted", "webhooktoken/report-token", "--timeout=90s")
+    both_tokens(base, old, new, "once the WebhookToken reports the new token accepted")
+    retired = "--for=jsonpath={.status.phase}=Ready"
+    plane.kubectl("-n", NS, "wait", retired, "webhooktoken/report-token", "--timeout=90s")
     plane.kubectl("-n", NS, "rollout", "status", "deployment/mcpg-gateway", "--timeout=90s")
     say("Done: the new token is accepted everywhere and the old one is retired.")
     show(plane, "-n", NS, "get", "webhooktokens")
+    both_tokens(base, old, new, "after the retirement rollout")
     columns = "custom-columns=REASON:.reason,MESSAGE:.message"
     show(plane, "-n", NS, "get", "events", "--field-selector", "involvedObject.kind=WebhookToken", "-o", columns)
-    say("Each stage's exact configuration (one per ReplicaSet), served by a real gateway; both tokens tried:")
-    for revision, config in rendered_configs(plane):
-        with serving(image, config, work) as base:
-            old_status, new_status = post(base, old), post(base, new)
-            print(
-                f"    revision {revision}: old token -> HTTP {old_status}, new token -> HTTP {new_status}", flush=True
-            )
+
+
+def both_tokens(base: str, old: str, new: str, when: str) -> None:
+    """POST the webhook through the Service with each token."""
+    print(f"    {when}: old token -> HTTP {post(base, old)}, new token -> HTTP {post(base, new)}", flush=True)
 
 
 def main() -> int:
@@ -245,7 +224,8 @@ def main() -> int:
     try:
         if not reuse:
             say("Starting a local Kubernetes control plane: etcd, kube-apiserver, controller-manager, scheduler,")
-            print("    and kwok, which plays the kubelet of one fake node. No Docker, no VM.", flush=True)
+            print("    kwok for one fake node, and a local kubelet that runs the gateway's pods as real", flush=True)
+            print("    processes and stands in for their Services. No Docker, no VM.", flush=True)
             plane.start()
         with tempfile.TemporaryDirectory(prefix="mcpg-demo-") as tmp:
             demo(plane, envs, Path(tmp))
