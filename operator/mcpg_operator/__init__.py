@@ -2,9 +2,14 @@
 
 Module map:
 
-    __main__     `mcpg-operator`: load the settings (exit 2 if unusable), then `kopf run -m mcpg_operator.handlers`
+    __main__     `mcpg-operator`: flags and settings (exit 2 if unusable), probes and /metrics, wait to lead, then
+                 kopf in this process on `handlers`; stop at once if the Lease is lost, release it on SIGTERM
+    leader       leader election on a coordination.k8s.io Lease: one replica reconciles, the others stand by
+    health       /healthz, /readyz and /metrics, served from the process's start (a standby answers its probes)
+    metrics      the Prometheus registry: controller-runtime's reconcile and leader families, mcpg_operator_*
     handlers     kopf wiring only: every event asks for a reconcile of its namespace
-    scheduler    coalesces those requests: one reconcile per namespace at a time, a burst becomes one pass
+    scheduler    coalesces those requests: one reconcile per namespace at a time, a burst becomes one pass;
+                 counts and times each pass for `metrics`
     settings     the operator's settings, read from the environment here and nowhere else
     reconcile    one pass over a namespace: read -> decide -> write
       read         everything a pass needs, as an `observed.Snapshot`; no writes

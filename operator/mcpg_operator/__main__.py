@@ -1,39 +1,253 @@
-"""`mcpg-operator`: run kopf on this package's handlers module, by module name (never by file path).
+"""`mcpg-operator`: serve probes and metrics, hold the Lease, and run kopf in this process on our handlers.
 
-A file path would make kopf import the handlers twice under two names and break relative imports; `-m`
-imports them once, as the installed package. Extra arguments pass through to `kopf run`. The settings are
-loaded here first so that a bad variable stops the process with a clear message before kopf starts.
+In this order, and why:
+
+1. Flags, then settings: a bad one exits 2 before anything starts; `--help` imports neither kopf nor a client.
+2. kopf's logging set-up (the flags `kopf run` takes for it), then /healthz, /readyz and /metrics
+   (`--metrics-bind-address`): a standby has to answer its probes, and kopf serves none before it runs.
+3. Leader election (`leader`): wait to hold the Lease. A SIGTERM meanwhile exits 0.
+4. kopf, standalone (the Lease, not kopf's peering, keeps it alone) on the configured namespaces, while the
+   Lease is renewed. kopf's handlers module is imported by name, once, as the installed package.
+5. Lease lost: kopf is cancelled at once and the process exits 1, so the kubelet restarts it as a standby
+   (controller-runtime does the same). SIGTERM: kopf stops gracefully, then the Lease is released, so a standby
+   takes over at its next try rather than after the lease duration; exit 0.
 """
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import logging
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
-from mcpg_operator import settings
+from mcpg_operator import health, metrics, settings
 
-HANDLERS = "mcpg_operator.handlers"
+logger = logging.getLogger(__name__)
+
 USAGE_ERROR = 2
+LOST = 1
+"""Exit status after losing the Lease, or when kopf stopped by itself: the kubelet restarts the container."""
+LOG_FORMATS = ("plain", "full", "json")
+DEFAULT_BIND = "0.0.0.0:8080"  # a pod's probes and scrapes reach it on the pod's IP
+CANCEL_S = 5.0
+"""How long a cancelled kopf gets to unwind after the Lease was lost, before the process exits anyway."""
 
 
-def kopf_argv(argv: list[str], namespaces: Sequence[str]) -> list[str]:
-    """The `kopf run` command line: standalone (one replica, no peering), our handlers, and any extra flags."""
-    args = ["kopf", "run", "--standalone", "-m", HANDLERS]
-    if not any(a in ("-A", "--all-namespaces") or a.startswith(("-n", "--namespace")) for a in argv):
-        args += [f"--namespace={ns}" for ns in namespaces] or ["--all-namespaces"]
-    return args + argv
+@dataclass(frozen=True, slots=True)
+class Options:
+    """The command line: where to serve, which namespaces (overriding MCPG_WATCH_NAMESPACES), kopf's logging."""
+
+    bind: tuple[str, int]
+    namespaces: tuple[str, ...] = ()
+    all_namespaces: bool = False
+    verbose: bool = False
+    debug: bool = False
+    quiet: bool = False
+    log_format: str = "full"
+    log_prefix: bool | None = None
+    log_refkey: str | None = None
+
+
+def parse(argv: Sequence[str]) -> Options:
+    """The flags (argparse exits 2 on a bad one, 0 after --help)."""
+    p = argparse.ArgumentParser(prog="mcpg-operator", description="Reconcile ResourceWatches into MCP gateways.")
+    p.add_argument(
+        "--metrics-bind-address",
+        default=DEFAULT_BIND,
+        type=_address,
+        metavar="HOST:PORT",
+        help=f"where /metrics, /healthz and /readyz are served (default {DEFAULT_BIND})",
+    )
+    p.add_argument("-n", "--namespace", action="append", default=[], help="a namespace to serve (repeatable)")
+    p.add_argument("-A", "--all-namespaces", action="store_true", help="serve every namespace")
+    for short, flag in (("-v", "--verbose"), ("-d", "--debug"), ("-q", "--quiet")):
+        p.add_argument(short, flag, action="store_true", help="kopf's log level")
+    p.add_argument("--log-format", choices=LOG_FORMATS, default="full")
+    p.add_argument("--log-prefix", action=argparse.BooleanOptionalAction, default=None)
+    p.add_argument("--log-refkey")
+    a = p.parse_args(argv)
+    if a.namespace and a.all_namespaces:
+        p.error("either --namespace or --all-namespaces, not both")
+    return Options(
+        a.metrics_bind_address,
+        tuple(a.namespace),
+        a.all_namespaces,
+        a.verbose,
+        a.debug,
+        a.quiet,
+        a.log_format,
+        a.log_prefix,
+        a.log_refkey,
+    )
+
+
+def _address(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise argparse.ArgumentTypeError(f"HOST:PORT expected, got {text!r}")
+    return host or "0.0.0.0", int(port)  # noqa: S104  # ":8080" means every interface, as in controller-runtime
+
+
+def kopf_scope(opts: Options, configured: Sequence[str]) -> dict[str, Any]:
+    """kopf's namespace arguments: the command line's, else MCPG_WATCH_NAMESPACES, else every namespace."""
+    if opts.all_namespaces:
+        return {"clusterwide": True, "namespaces": ()}
+    namespaces = tuple(opts.namespaces or configured)
+    return {"clusterwide": not namespaces, "namespaces": namespaces}
 
 
 def main(argv: list[str] | None = None) -> int:
+    opts = parse(sys.argv[1:] if argv is None else argv)
     try:
         loaded = settings.load()
     except settings.SettingsError as e:
         print(f"mcpg-operator: invalid settings: {e}", file=sys.stderr)
         return USAGE_ERROR
-    import kopf.cli  # imported here: `mcpg-operator --help` should not pay for it twice
+    return asyncio.run(run(opts, loaded))
 
-    sys.argv = kopf_argv(sys.argv[1:] if argv is None else argv, loaded.watch_namespaces)
-    kopf.cli.main()
+
+async def run(opts: Options, config: settings.OperatorSettings) -> int:
+    """Everything after the settings were read; the exit status."""
+    # Imported here, not at the top: `mcpg-operator --help` should pay for neither kopf nor the client.
+    # Importing `handlers` registers them with kopf's default registry, by module name, once.
+    from mcpg_operator import handlers
+
+    _configure_logging(opts)
+    handlers.quiet_body_loggers()  # before the first request: the elector's, too
+    stopping = asyncio.Event()
+    _on_signals(stopping.set)
+    routes = health.routes(metrics.REGISTRY, lambda: not stopping.is_set())
+    server = await health.serve(*opts.bind, routes)
+    try:
+        if not config.leader_election.enabled:
+            return await _reconcile(opts, config, stopping, lease=None)
+        return await _elect_and_reconcile(opts, config, stopping)
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+def _configure_logging(opts: Options) -> None:
+    import kopf
+
+    fmt = kopf.LogFormat[opts.log_format.upper()]
+    kopf.configure(
+        debug=opts.debug,
+        verbose=opts.verbose,
+        quiet=opts.quiet,
+        log_format=fmt,
+        log_prefix=opts.log_prefix,
+        log_refkey=opts.log_refkey,
+    )
+
+
+def _on_signals(stop: Callable[[], None]) -> None:
+    """SIGTERM and SIGINT ask for a clean stop (kopf's own handlers are replaced by these once it runs)."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop)
+
+
+async def _elect_and_reconcile(opts: Options, config: settings.OperatorSettings, stopping: asyncio.Event) -> int:
+    from mcpg_operator import leader
+    from mcpg_operator.kube import Kube
+
+    kube = await Kube.connect()
+    elector = leader.Elector(kube, config.leader_election)
+    lost = False
+    try:
+        if not await _first(elector.acquire(), stopping.wait()) or stopping.is_set():
+            return 0
+        lease = asyncio.create_task(elector.hold(), name="Lease renewal")
+        try:
+            return await _reconcile(opts, config, stopping, lease)
+        finally:
+            lost = lease.done()  # `hold` returns only when leadership is lost
+            lease.cancel()
+            await asyncio.gather(lease, return_exceptions=True)
+    finally:
+        if not lost:  # a standby may have won a race it was cancelled in: `release` checks the holder
+            await elector.release()
+        await kube.close()
+
+
+async def _first(wanted: Awaitable[None], other: Awaitable[Any]) -> bool:
+    """Whether `wanted` finished before `other`; the loser is cancelled."""
+    first, second = asyncio.ensure_future(wanted), asyncio.ensure_future(other)
+    done, pending = await asyncio.wait({first, second}, return_when=asyncio.FIRST_COMPLETED)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    if first in done:
+        first.result()  # its error, if it failed
+        return True
+    return False
+
+
+async def _reconcile(
+    opts: Options, config: settings.OperatorSettings, stopping: asyncio.Event, lease: asyncio.Task[None] | None
+) -> int:
+    """Run kopf until SIGTERM (exit 0), the loss of `lease` (exit 1) or kopf's own end (exit 1)."""
+    kopf_stop, started = asyncio.Event(), asyncio.Event()
+    # Created before kopf, so kopf counts them as the caller's tasks rather than its own to stop.
+    marker = asyncio.create_task(_mark_running(started, metrics.METRICS), name="reconciler started")
+    stop_asked = asyncio.create_task(stopping.wait(), name="stop asked")
+    kopf_task = asyncio.create_task(_kopf(opts, config, kopf_stop, started, stopping.set), name="kopf")
+    watched: set[asyncio.Task[Any]] = {kopf_task, stop_asked, *([lease] if lease else [])}
+    try:
+        while True:
+            done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+            if lease in done:
+                logger.error("stopping the reconciler at once: this replica no longer holds the Lease")
+                kopf_stop.set()  # so that kopf does not take the cancellation for a hang and arm its own SIGKILL
+                kopf_task.cancel()  # no graceful stop: another replica may be reconciling already
+                await asyncio.wait({kopf_task}, timeout=CANCEL_S)
+                return LOST
+            if kopf_task in done:
+                return _kopf_ended(kopf_task, stopping)
+            if stop_asked in done:  # kopf stops gracefully while the Lease is still renewed
+                kopf_stop.set()
+                watched.discard(stop_asked)
+    finally:
+        marker.cancel()
+        stop_asked.cancel()
+        metrics.METRICS.reconciler_running.set(0)
+
+
+async def _mark_running(started: asyncio.Event, recorder: metrics.Metrics) -> None:
+    await started.wait()  # kopf raises it once the startup handlers have finished
+    recorder.reconciler_running.set(1)
+
+
+async def _kopf(
+    opts: Options,
+    config: settings.OperatorSettings,
+    stop: asyncio.Event,
+    started: asyncio.Event,
+    on_signal: Callable[[], None],
+) -> None:
+    """`kopf.operator(...)` as `kopf run --standalone` runs it, split where kopf installs its signal handlers."""
+    import kopf
+
+    ours = asyncio.all_tasks()  # the caller's tasks (and this one): kopf waits for and stops only its own
+    tasks = await kopf.spawn_tasks(
+        standalone=True, stop_flag=stop, ready_flag=started, **kopf_scope(opts, config.watch_namespaces)
+    )
+    _on_signals(on_signal)  # kopf's replaced ours: a SIGTERM must still reach the caller, who stops kopf
+    await kopf.run_tasks(tasks, ignored=ours)
+
+
+def _kopf_ended(task: asyncio.Task[None], stopping: asyncio.Event) -> int:
+    if task.cancelled() or task.exception() is not None:
+        logger.error("kopf stopped on an error", exc_info=None if task.cancelled() else task.exception())
+        return LOST
+    if not stopping.is_set():
+        logger.error("kopf stopped although nobody asked it to")
+        return LOST
     return 0
 
 

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mcpg_operator import decision, read, write
+from mcpg_operator import decision, metrics, read, write
 from mcpg_operator.kube import Client
 from mcpg_operator.settings import GatewayDefaults
 
@@ -26,6 +26,8 @@ class Outcome:
     """Reconcile again after this long (a grace period ends), even if nothing else happens."""
     rerun: bool = False
     """Reconcile again right away: this pass wrote something (a generated Secret) the next one must read."""
+    facts: metrics.Facts | None = None
+    """What the pass found and did, as the metrics count it (recorded by the scheduler, which times the pass)."""
 
 
 def new_token() -> str:
@@ -51,4 +53,5 @@ async def reconcile(
         rollout_complete=decided.rollout_complete,
         next_check_s=decided.next_check_s,
         rerun=decided.rerun and not refusals,
+        facts=metrics.facts(snapshot, decided),
     )

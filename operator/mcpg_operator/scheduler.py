@@ -4,16 +4,19 @@ A request during a run marks the namespace dirty and the run loops once more, so
 Each run waits a short settle time first, so a burst (a `kubectl apply` of many watches) becomes one rendered
 configuration and one rollout instead of a rollout per object. Failed runs are retried with backoff; a run that
 asks to be woken later (a grace period) is scheduled, and one that asks for a rerun (it created something the
-next run must read back) runs again at once.
+next run must read back) runs again at once. Each run is counted and timed here, as controller-runtime counts a
+reconcile (`metrics`), and what the run found is handed to the metrics.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from mcpg_operator import metrics
 from mcpg_operator.kube import NamespaceTerminating, Refused
 from mcpg_operator.reconcile import Outcome
 
@@ -34,9 +37,10 @@ class _Namespace:
 
 
 class Scheduler:
-    def __init__(self, run: Run, settle_s: float = 0.0) -> None:
+    def __init__(self, run: Run, settle_s: float = 0.0, recorder: metrics.Metrics = metrics.METRICS) -> None:
         self._run = run
         self._settle_s = settle_s
+        self._metrics = recorder
         self._namespaces: dict[str, _Namespace] = {}
 
     def known(self) -> list[str]:
@@ -66,7 +70,7 @@ class Scheduler:
                 await asyncio.sleep(self._settle_s)  # events arriving meanwhile join this run
             ns.dirty = False
             try:
-                ns.last = await self._run(namespace)
+                ns.last = await self._measured(namespace)
             except asyncio.CancelledError:
                 raise
             except NamespaceTerminating:
@@ -81,6 +85,29 @@ class Scheduler:
             if ns.last.next_check_s is not None:
                 self._later(namespace, ns, ns.last.next_check_s + 0.05)
         ns.done.set()
+
+    async def _measured(self, namespace: str) -> Outcome:
+        """One run, counted, timed and shown as work in flight; what it found goes to the metrics."""
+        gauge, started = self._metrics.active_workers.labels(metrics.CONTROLLER), time.monotonic()
+        gauge.inc()
+        result: str | None = "error"
+        try:
+            outcome = await self._run(namespace)
+            result = _result(outcome)
+            if outcome.facts is not None:
+                self._metrics.namespace_pass(namespace, outcome.facts, time.monotonic())
+            return outcome
+        except NamespaceTerminating:
+            result = "success"  # nothing left to do there, and nothing to count for it any more
+            self._metrics.forget(namespace)
+            raise
+        except asyncio.CancelledError:
+            result = None  # the operator is stopping: not a reconcile that ended
+            raise
+        finally:
+            gauge.dec()
+            if result is not None:
+                self._metrics.reconciled(result, time.monotonic() - started)
 
     def _failed(self, namespace: str, ns: _Namespace, error: Exception) -> None:
         delay = BACKOFF_S[min(ns.failures, len(BACKOFF_S) - 1)]
@@ -98,3 +125,10 @@ class Scheduler:
             if ns.task is not None:
                 ns.task.cancel()
         await asyncio.gather(*(ns.task for ns in self._namespaces.values() if ns.task), return_exceptions=True)
+
+
+def _result(outcome: Outcome) -> str:
+    """controller-runtime's result label: run again at once, run again later, or done."""
+    if outcome.rerun:
+        return "requeue"
+    return "requeue_after" if outcome.next_check_s is not None else "success"

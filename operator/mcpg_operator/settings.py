@@ -1,7 +1,8 @@
 """The operator's settings, read from the environment once, in this module only (the chart sets the variables).
 
-`load()` is called by the entrypoint (to fail fast, before kopf starts) and by the kopf startup handler; the
-result is passed down explicitly. A bad value raises `SettingsError` naming every variable that is wrong.
+`load()` is called by the entrypoint (to fail fast, before anything starts) and by the kopf startup handler; the
+result is passed down explicitly. A bad value raises `SettingsError` naming every variable that is wrong. Besides
+the `MCPG_*` variables, `POD_NAME` and `POD_NAMESPACE` (the chart sets them from the downward API) are read here.
 """
 
 from __future__ import annotations
@@ -9,6 +10,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+import secrets
+import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -45,6 +49,30 @@ class GatewayDefaults(BaseModel):
 
 
 @dataclass(frozen=True, slots=True)
+class LeaderElection:
+    """Which replica reconciles: the holder of one `coordination.k8s.io` Lease (`MCPG_LEADER_ELECTION_*`).
+
+    The timings are controller-runtime's defaults: a leader that cannot renew for `renew_s` stops, so it has
+    stopped before its Lease (`lease_s`) can expire for the others, who try every `retry_s`.
+    """
+
+    enabled: bool = True
+    """`MCPG_LEADER_ELECTION_ENABLED` (true or false): off only for a single replica run by hand."""
+    lease_name: str = "mcpg-operator"
+    """`MCPG_LEADER_ELECTION_LEASE_NAME`."""
+    namespace: str = ""
+    """`MCPG_LEADER_ELECTION_NAMESPACE`, else `POD_NAMESPACE`: required while election is on."""
+    identity: str = ""
+    """`POD_NAME`, else the host name and a random suffix: unique among the candidates, as the Lease holder."""
+    lease_s: float = 15.0
+    """`MCPG_LEADER_ELECTION_LEASE_DURATION_SECONDS`: how long the others wait on a Lease nobody renews."""
+    renew_s: float = 10.0
+    """`MCPG_LEADER_ELECTION_RENEW_DEADLINE_SECONDS`: the leader gives up after failing to renew this long."""
+    retry_s: float = 2.0
+    """`MCPG_LEADER_ELECTION_RETRY_PERIOD_SECONDS`: how often every candidate tries to acquire or renew."""
+
+
+@dataclass(frozen=True, slots=True)
 class OperatorSettings:
     resync_s: float = 30.0
     """`MCPG_RESYNC_SECONDS`: every known namespace is reconciled this often, covering any missed event."""
@@ -53,6 +81,7 @@ class OperatorSettings:
     watch_namespaces: tuple[str, ...] = ()
     """`MCPG_WATCH_NAMESPACES`, comma-separated; empty means every namespace."""
     gateway: GatewayDefaults = field(default_factory=GatewayDefaults)
+    leader_election: LeaderElection = field(default_factory=LeaderElection)
 
 
 _JSON_FIELDS = frozenset(
@@ -67,10 +96,11 @@ def load(env: Mapping[str, str] | None = None) -> OperatorSettings:
     resync = _seconds(env, "MCPG_RESYNC_SECONDS", 30.0, lambda v: v > 0, "a number of seconds above 0", problems)
     settle = _seconds(env, "MCPG_SETTLE_SECONDS", 0.5, lambda v: v >= 0, "a number of seconds, 0 or more", problems)
     gateway = _gateway_defaults(env, problems)
+    election = _leader_election(env, problems)
     if problems or gateway is None:
         raise SettingsError("; ".join(problems))
     namespaces = tuple(ns.strip() for ns in env.get("MCPG_WATCH_NAMESPACES", "").split(",") if ns.strip())
-    return OperatorSettings(resync, settle, namespaces, gateway)
+    return OperatorSettings(resync, settle, namespaces, gateway, election)
 
 
 def _seconds(
@@ -105,3 +135,47 @@ def _gateway_defaults(env: Mapping[str, str], problems: list[str]) -> GatewayDef
     except ValidationError as e:
         problems += [f"MCPG_GATEWAY_{'_'.join(str(x) for x in err['loc']).upper()}: {err['msg']}" for err in e.errors()]
         return None
+
+
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+_ELECTION = "MCPG_LEADER_ELECTION_"
+
+
+def _leader_election(env: Mapping[str, str], problems: list[str]) -> LeaderElection:
+    """`MCPG_LEADER_ELECTION_*`, `POD_NAME` and `POD_NAMESPACE`; the timings must be lease > renew > retry."""
+    default = LeaderElection()
+    raw_enabled = env.get(f"{_ELECTION}ENABLED", "").strip()
+    enabled = _BOOLEANS.get(raw_enabled.lower(), default.enabled) if raw_enabled else default.enabled
+    if raw_enabled and raw_enabled.lower() not in _BOOLEANS:
+        problems.append(f"{_ELECTION}ENABLED: must be true or false, got {raw_enabled[:80]!r}")
+    positive, wanted, before = (lambda v: v > 0), "a number of seconds above 0", len(problems)
+    lease = _seconds(env, f"{_ELECTION}LEASE_DURATION_SECONDS", default.lease_s, positive, wanted, problems)
+    renew = _seconds(env, f"{_ELECTION}RENEW_DEADLINE_SECONDS", default.renew_s, positive, wanted, problems)
+    retry = _seconds(env, f"{_ELECTION}RETRY_PERIOD_SECONDS", default.retry_s, positive, wanted, problems)
+    if len(problems) == before and not lease > renew > retry:  # each one valid, but not in this order
+        problems.append(
+            f"{_ELECTION}LEASE_DURATION_SECONDS, _RENEW_DEADLINE_SECONDS, _RETRY_PERIOD_SECONDS: must be "
+            f"lease > renew deadline > retry period, got {lease:g} > {renew:g} > {retry:g}"
+        )
+    name = env.get(f"{_ELECTION}LEASE_NAME", "").strip() or default.lease_name
+    if not _DNS_SUBDOMAIN.fullmatch(name):
+        problems.append(f"{_ELECTION}LEASE_NAME: must be a lowercase DNS subdomain name, got {name[:80]!r}")
+    namespace = _election_namespace(env, enabled, problems)
+    identity = env.get("POD_NAME", "").strip() or f"{socket.gethostname()}_{secrets.token_hex(4)}"
+    return LeaderElection(enabled, name, namespace, identity, lease, renew, retry)
+
+
+def _election_namespace(env: Mapping[str, str], enabled: bool, problems: list[str]) -> str:
+    # The variable named for the purpose wins over the pod's own namespace, which the chart always sets.
+    var = f"{_ELECTION}NAMESPACE" if env.get(f"{_ELECTION}NAMESPACE", "").strip() else "POD_NAMESPACE"
+    namespace = env.get(var, "").strip()
+    if enabled and not namespace:
+        problems.append(
+            f"{_ELECTION}NAMESPACE: where the Lease lives is unknown: set it or POD_NAMESPACE (the chart sets "
+            f"POD_NAMESPACE), or run a single replica with {_ELECTION}ENABLED=false"
+        )
+    elif namespace and not _DNS_LABEL.fullmatch(namespace):
+        problems.append(f"{var}: must be a namespace name, got {namespace[:80]!r}")
+    return namespace

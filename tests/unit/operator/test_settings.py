@@ -11,22 +11,62 @@ from mcpg_operator import settings
 
 def test_operator_defaults_come_from_the_environment() -> None:
     loaded = settings.load(
-        {"MCPG_GATEWAY_REPLICAS": "3", "MCPG_GATEWAY_ALLOWED_ORIGINS": '["https://a"]', "MCPG_GATEWAY_IMAGE": "r/g:2"}
+        {
+            **POD,
+            "MCPG_GATEWAY_REPLICAS": "3",
+            "MCPG_GATEWAY_ALLOWED_ORIGINS": '["https://a"]',
+            "MCPG_GATEWAY_IMAGE": "r/g:2",
+        }
     )
     d = loaded.gateway
     assert (d.replicas, d.allowed_origins, d.image) == (3, ["https://a"], "r/g:2")
     assert copy.deepcopy(d) == d
 
 
-def test_an_empty_environment_gives_the_documented_defaults() -> None:
-    loaded = settings.load({})
+POD = {"POD_NAMESPACE": "ops", "POD_NAME": "mcpg-operator-7d9f-x2x4k"}
+"""What the chart's downward API gives every replica."""
+
+
+def test_the_pods_environment_alone_gives_the_documented_defaults() -> None:
+    loaded = settings.load(POD)
     assert (loaded.resync_s, loaded.settle_s, loaded.watch_namespaces) == (30.0, 0.5, ())
     assert loaded.gateway == settings.GatewayDefaults()
+    expected = settings.LeaderElection(namespace="ops", identity="mcpg-operator-7d9f-x2x4k")
+    assert loaded.leader_election == expected
+    election = loaded.leader_election
+    assert (election.enabled, election.lease_name) == (True, "mcpg-operator")
+    assert (election.lease_s, election.renew_s, election.retry_s) == (15.0, 10.0, 2.0)  # controller-runtime's
+
+
+def test_leader_election_comes_from_the_environment() -> None:
+    env = {
+        **POD,
+        "MCPG_LEADER_ELECTION_LEASE_NAME": "shop-operator",
+        "MCPG_LEADER_ELECTION_NAMESPACE": "leases",
+        "MCPG_LEADER_ELECTION_LEASE_DURATION_SECONDS": "4",
+        "MCPG_LEADER_ELECTION_RENEW_DEADLINE_SECONDS": "3",
+        "MCPG_LEADER_ELECTION_RETRY_PERIOD_SECONDS": "0.5",
+    }
+    election = settings.load(env).leader_election
+    assert (election.lease_name, election.namespace) == ("shop-operator", "leases")  # the variable wins
+    assert (election.lease_s, election.renew_s, election.retry_s) == (4.0, 3.0, 0.5)
+
+
+def test_without_a_pod_name_the_identity_is_the_host_name_and_a_random_suffix() -> None:
+    first = settings.load({"POD_NAMESPACE": "ops"}).leader_election.identity
+    second = settings.load({"POD_NAMESPACE": "ops"}).leader_election.identity
+    assert first != second
+    assert first.rpartition("_")[0] == second.rpartition("_")[0] != ""
+
+
+def test_a_single_replica_run_by_hand_needs_no_lease_namespace() -> None:
+    election = settings.load({"MCPG_LEADER_ELECTION_ENABLED": "false"}).leader_election
+    assert (election.enabled, election.namespace) == (False, "")
 
 
 def test_timings_and_namespaces_come_from_the_environment() -> None:
     loaded = settings.load(
-        {"MCPG_RESYNC_SECONDS": "5", "MCPG_SETTLE_SECONDS": "0", "MCPG_WATCH_NAMESPACES": " shop, ,mail "}
+        {**POD, "MCPG_RESYNC_SECONDS": "5", "MCPG_SETTLE_SECONDS": "0", "MCPG_WATCH_NAMESPACES": " shop, ,mail "}
     )
     assert (loaded.resync_s, loaded.settle_s, loaded.watch_namespaces) == (5.0, 0.0, ("shop", "mail"))
 
@@ -41,11 +81,27 @@ def test_timings_and_namespaces_come_from_the_environment() -> None:
         ({"MCPG_RESYNC_SECONDS": "0"}, "MCPG_RESYNC_SECONDS: must be a number of seconds above 0"),
         ({"MCPG_SETTLE_SECONDS": "-1"}, "MCPG_SETTLE_SECONDS: must be a number of seconds, 0 or more"),
         ({"MCPG_SETTLE_SECONDS": "nan"}, "MCPG_SETTLE_SECONDS: must be"),
+        ({"MCPG_LEADER_ELECTION_ENABLED": "sometimes"}, "MCPG_LEADER_ELECTION_ENABLED: must be true or false"),
+        ({"POD_NAMESPACE": ""}, "MCPG_LEADER_ELECTION_NAMESPACE: where the Lease lives is unknown"),
+        ({"POD_NAMESPACE": "Ops_1"}, "POD_NAMESPACE: must be a namespace name"),
+        ({"MCPG_LEADER_ELECTION_LEASE_NAME": "My Lease"}, "MCPG_LEADER_ELECTION_LEASE_NAME: must be a lowercase"),
+        (
+            {"MCPG_LEADER_ELECTION_RETRY_PERIOD_SECONDS": "0"},
+            "MCPG_LEADER_ELECTION_RETRY_PERIOD_SECONDS: must be a number of seconds above 0",
+        ),
+        (
+            {"MCPG_LEADER_ELECTION_RENEW_DEADLINE_SECONDS": "20"},
+            r"must be lease > renew deadline > retry period, got 15 > 20 > 2",
+        ),
+        (
+            {"MCPG_LEADER_ELECTION_LEASE_DURATION_SECONDS": "4", "MCPG_LEADER_ELECTION_RENEW_DEADLINE_SECONDS": "2"},
+            r"got 4 > 2 > 2",  # the leader would give up as the others try: no margin
+        ),
     ],
 )
 def test_a_bad_operator_setting_names_the_variable(env: dict[str, str], message: str) -> None:
     with pytest.raises(settings.SettingsError, match=message):
-        settings.load(env)
+        settings.load({**POD, **env})
 
 
 def test_every_bad_variable_is_named_at_once() -> None:
