@@ -36,10 +36,14 @@ def test_watching_a_list_of_namespaces_binds_the_role_in_each_and_nowhere_else(c
     out = helm(control_plane, "template", "t", str(CHART), "--set", "watchNamespaces={shop,mail}").stdout
     docs = [d for d in yaml.safe_load_all(out) if d]
     bindings = [d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")]
-    assert sorted((d["kind"], d["metadata"].get("namespace")) for d in bindings) == [
+    to_the_cluster_role = [d for d in bindings if d["roleRef"]["kind"] == "ClusterRole"]
+    assert sorted((d["kind"], d["metadata"].get("namespace")) for d in to_the_cluster_role) == [
         ("RoleBinding", "mail"),
         ("RoleBinding", "shop"),
     ]
+    # The other binding: the leader-election Lease, in the release's own namespace only.
+    [lease] = [d for d in bindings if d["roleRef"]["kind"] == "Role"]
+    assert lease["metadata"]["namespace"] == "default"
     [deployment] = [d for d in docs if d["kind"] == "Deployment"]
     env = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["MCPG_WATCH_NAMESPACES"] == "shop,mail"
@@ -51,13 +55,58 @@ def test_watching_a_list_of_namespaces_binds_the_role_in_each_and_nowhere_else(c
 def test_the_environment_the_chart_renders_is_one_the_operator_accepts(
     control_plane: ControlPlane, values: tuple[str, ...], kinds: list[str]
 ) -> None:
-    out = helm(control_plane, "template", "t", str(CHART), *values).stdout
+    out = helm(control_plane, "template", "t", str(CHART), "--namespace", "ops", *values).stdout
     [deployment] = [d for d in yaml.safe_load_all(out) if d and d["kind"] == "Deployment"]
+    pod = {"metadata.name": "t-operator-5d8f7c-x2x4k", "metadata.namespace": "ops"}  # what the downward API gives
     env = {
-        e["name"]: e["value"] for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"] if "value" in e
+        e["name"]: e["value"] if "value" in e else pod[e["valueFrom"]["fieldRef"]["fieldPath"]]
+        for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]
     }
     loaded = settings.load(env)  # raises SettingsError naming any variable the operator could not use
     assert loaded.gateway.plugin_kinds == kinds
+    election = loaded.leader_election
+    assert (election.enabled, election.namespace, election.identity) == (True, "ops", pod["metadata.name"])
+    assert (election.lease_name, election.lease_s, election.renew_s, election.retry_s) == ("t-operator", 15, 10, 2)
+
+
+def test_two_replicas_by_default_rolled_without_downtime_and_never_drained_together(
+    control_plane: ControlPlane,
+) -> None:
+    docs = [d for d in yaml.safe_load_all(helm(control_plane, "template", "t", str(CHART)).stdout) if d]
+    [deployment] = [d for d in docs if d["kind"] == "Deployment"]
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    probes = {k: (v["httpGet"]["path"], v["httpGet"]["port"]) for k, v in container.items() if k.endswith("Probe")}
+    assert probes == {"livenessProbe": ("/healthz", "metrics"), "readinessProbe": ("/readyz", "metrics")}
+    [pdb] = [d for d in docs if d["kind"] == "PodDisruptionBudget"]
+    assert pdb["spec"] == {"maxUnavailable": 1, "selector": deployment["spec"]["selector"]}
+    [role] = [d for d in docs if d["kind"] == "Role"]
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "patch"]}
+    ]
+    one = [
+        d
+        for d in yaml.safe_load_all(helm(control_plane, "template", "t", str(CHART), "--set", "replicas=1").stdout)
+        if d
+    ]
+    assert not [d for d in one if d["kind"] == "PodDisruptionBudget"]
+
+
+def test_more_than_one_replica_without_leader_election_is_refused(control_plane: ControlPlane) -> None:
+    values = ("--set", "replicas=2", "--set", "leaderElection.enabled=false")
+    result = helm(control_plane, "template", "t", str(CHART), *values, check=False)
+    assert result.returncode != 0
+    assert "replicas above 1 need leaderElection.enabled" in result.stderr
+    single = ("--set", "replicas=1", "--set", "leaderElection.enabled=false")
+    docs = [d for d in yaml.safe_load_all(helm(control_plane, "template", "t", str(CHART), *single).stdout) if d]
+    assert not [d for d in docs if d["kind"] in ("Role", "PodDisruptionBudget")]
+    [deployment] = [d for d in docs if d["kind"] == "Deployment"]
+    env = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert not settings.load({k: v for k, v in env.items() if v is not None}).leader_election.enabled
 
 
 def test_helm_install_creates_every_object_and_uninstall_removes_them(
@@ -71,12 +120,15 @@ def test_helm_install_creates_every_object_and_uninstall_removes_them(
         ("Service", f"{release}-operator"),
         ("ClusterRole", f"{release}-operator"),
         ("ClusterRoleBinding", f"{release}-operator"),
+        ("Role", f"{release}-operator-leader-election"),
+        ("RoleBinding", f"{release}-operator-leader-election"),
+        ("PodDisruptionBudget", f"{release}-operator"),
     }
     manifest = helm(control_plane, "get", "manifest", release, "--namespace", namespace).stdout
     assert {(d["kind"], d["metadata"]["name"]) for d in yaml.safe_load_all(manifest) if d} == expected
     for kind, name in expected:
         ns = [] if kind.startswith("Cluster") else ["-n", namespace]
-        control_plane.kubectl(*ns, "get", kind.lower(), name)
+        control_plane.kubectl(*ns, "get", kind.lower(), name)  # kubectl takes a kind's lowercase name
     control_plane.kubectl("-n", namespace, "rollout", "status", f"deployment/{release}-operator", "--timeout=90s")
     assert "Next:" in helm(control_plane, "status", release, "--namespace", namespace).stdout  # NOTES.txt
     helm(control_plane, "uninstall", release, "--namespace", namespace, "--wait")
@@ -96,8 +148,11 @@ def test_every_rendered_object_passes_server_side_validation(
     path = tmp_path / "values.yaml"
     path.write_text(yaml.safe_dump(values))
     out = helm(control_plane, "template", "t", str(CHART), "--namespace", namespace, "--values", str(path)).stdout
+    # RoleBindings to the ClusterRole target other namespaces; the leader-election one is in this namespace.
     docs = [
-        d for d in yaml.safe_load_all(out) if d and d["kind"] != "RoleBinding"
-    ]  # RoleBindings target other namespaces
+        d
+        for d in yaml.safe_load_all(out)
+        if d and (d["kind"], d.get("roleRef", {}).get("kind")) != ("RoleBinding", "ClusterRole")
+    ]
     result = control_plane.kubectl("apply", "--dry-run=server", "-f", "-", stdin=yaml.safe_dump_all(docs), check=False)
     assert result.returncode == 0, result.stderr

@@ -19,11 +19,12 @@ CHART = Path(__file__).parents[2] / "charts" / "mcpg"
 def gateway_monitor(plane: ControlPlane) -> dict[str, Any]:
     argv = [str(plane.binary("helm")), "template", "t", str(CHART), "--set", "gateway.serviceMonitor.enabled=true"]
     out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=120).stdout
-    [monitor] = [
+    monitors: list[dict[str, Any]] = [
         d
         for d in yaml.safe_load_all(out)
         if d and d["kind"] == "ServiceMonitor" and d["metadata"]["name"].endswith("-gateways")
     ]
+    [monitor] = monitors
     return monitor
 
 

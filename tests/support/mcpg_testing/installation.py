@@ -1,7 +1,8 @@
 """mcpg installed into a control plane as a user installs it: the CRDs from `crds/`, then the Helm chart's RBAC.
 
-The RBAC is what `helm template charts/mcpg` renders (ServiceAccount, ClusterRole, binding), applied with
-kubectl, so the operator runs under exactly the permissions the chart grants and a missing verb fails a test.
+The RBAC is what `helm template charts/mcpg` renders (ServiceAccount, ClusterRole and its binding, and the Role
+and RoleBinding for the leader-election Lease in the operator's namespace), applied with kubectl, so the operator
+runs under exactly the permissions the chart grants and a missing verb fails a test.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ CHART = REPO / "charts" / "mcpg"
 CRD_NAMES = ("crd/resourcewatches.mcpg.dev", "crd/webhooktokens.mcpg.dev")
 OPERATOR_NAMESPACE = "mcpg-system"
 """Where the chart's ServiceAccount lives; the control plane's operator token is mapped to it."""
-RBAC_KINDS = frozenset({"ServiceAccount", "ClusterRole", "ClusterRoleBinding"})
+RBAC_KINDS = frozenset({"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"})
 HELM_TIMEOUT_S = 120.0
 
 
@@ -30,7 +31,7 @@ def install_crds(plane: ControlPlane) -> None:
 
 
 def chart_rbac(plane: ControlPlane) -> list[dict[str, Any]]:
-    """The operator's ServiceAccount, ClusterRole and ClusterRoleBinding as the chart renders them."""
+    """The operator's ServiceAccount, roles and bindings as the chart renders them; every kind must be there."""
     rendered = subprocess.run(
         [str(plane.binary("helm")), "template", "mcpg", str(CHART), "--namespace", OPERATOR_NAMESPACE],
         capture_output=True,

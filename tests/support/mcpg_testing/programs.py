@@ -1,8 +1,8 @@
 """The shipped programs run as processes from their image environments (`images.py`), never the dev venv.
 
 `gateway()` serves a configuration on free loopback ports (read back from its "serving MCP on" log line);
-`OperatorProcess` runs `mcpg-operator` under a kubeconfig with kopf's liveness endpoint, as the Helm chart
-runs it, and is ready when that endpoint answers. `Program` is any child whose output lines a caller awaits.
+`OperatorProcess` runs `mcpg-operator` under a kubeconfig as the Helm chart runs a replica, and is ready when its
+/metrics says it leads and runs the reconciler. `Program` is any child whose output lines a caller awaits.
 """
 
 from __future__ import annotations
@@ -10,17 +10,20 @@ from __future__ import annotations
 import contextlib
 import queue
 import re
+import secrets
 import subprocess
 import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from mcpg_testing import processes
+from prometheus_client.parser import text_string_to_metric_families
+
+from mcpg_testing import installation, processes
 from mcpg_testing.images import ImageEnv
 from mcpg_testing.loopback import GatewayUrls
 from mcpg_testing.processes import WaitTimeout, free_ports, tail, wait_until
@@ -30,6 +33,10 @@ START_S = 60.0
 STOP_S = 15.0
 SERVING = re.compile(r"serving MCP on [^\s:]+:(?P<port>\d+), admin on [^\s:]+:(?P<admin_port>\d+)")
 FAILURE_LINES = 30
+BIND_FLAG = "--metrics-bind-address"
+"""The operator's flag for where it serves /metrics, /healthz and /readyz (the chart's container port `metrics`)."""
+LEADER = "leader_election_master_status"
+RUNNING = "mcpg_operator_reconciler_running"
 
 
 class ProgramError(Exception):
@@ -119,7 +126,13 @@ def gateway(
 
 
 class OperatorProcess:
-    """`mcpg-operator` from `image` under `kubeconfig`, logging to `log`, with kopf's liveness endpoint on."""
+    """`mcpg-operator` from `image` under `kubeconfig`, logging to `log`, run as the chart runs each replica.
+
+    As the chart: `--metrics-bind-address` (here a free loopback port, unless `args` name one) and the downward
+    API's POD_NAME (unique per process unless `settings` name one) and POD_NAMESPACE (the chart's namespace, where
+    its RBAC lets the operator hold the leader-election Lease). Several processes with the same Lease name behave
+    as replicas: one leads (`wait_ready`), the others stand by (`wait_standby`).
+    """
 
     def __init__(
         self,
@@ -129,33 +142,76 @@ class OperatorProcess:
         settings: Mapping[str, str] | None = None,
         args: Sequence[str] = (),
     ) -> None:
-        """`settings`: MCPG_* variables; `args`: extra `kopf run` flags."""
-        [port] = free_ports(1)
-        self.liveness = f"http://127.0.0.1:{port}/healthz"  # the chart's --liveness, on loopback
+        """`settings`: MCPG_* (and POD_*) variables; `args`: extra `mcpg-operator` flags."""
+        bind = next((a.partition("=")[2] for a in args if a.startswith(f"{BIND_FLAG}=")), None)
+        if bind is None:
+            [port] = free_ports(1)
+            bind = f"127.0.0.1:{port}"
+            args = [f"{BIND_FLAG}={bind}", *args]
+        host, _, port_text = bind.rpartition(":")
+        self.base = f"http://{'127.0.0.1' if host in ('', '0.0.0.0') else host}:{port_text}"
+        self.metrics_url = f"{self.base}/metrics"
         self.log = log
-        argv = image.command("mcpg-operator", f"--liveness={self.liveness}", *args)
-        env = image.environ(KUBECONFIG=str(kubeconfig), **(settings or {}))
+        pod = {"POD_NAME": f"mcpg-operator-{secrets.token_hex(3)}", "POD_NAMESPACE": installation.OPERATOR_NAMESPACE}
+        self.env = image.environ(KUBECONFIG=str(kubeconfig), **(pod | dict(settings or {})))
+        self.pod_name = self.env["POD_NAME"]
+        argv = image.command("mcpg-operator", *args)
         with log.open("ab") as out:
-            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env)
+            self.proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=self.env
+            )
+
+    def metrics(self) -> dict[str, list[tuple[dict[str, str], float]]]:
+        """Its /metrics now: sample name -> (labels, value) of each sample; empty if it does not answer yet."""
+        text = _text(self.metrics_url)
+        out: dict[str, list[tuple[dict[str, str], float]]] = {}
+        for family in text_string_to_metric_families(text or ""):
+            for sample in family.samples:
+                out.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
+        return out
+
+    def leading(self) -> bool | None:
+        """Whether it leads and runs the reconciler; None while it does not answer or has not tried to lead yet.
+
+        Leading: the reconciler runs, and every Lease gauge says 1 (none with leader election off). Standing by:
+        a Lease gauge says 0 and the reconciler does not run.
+        """
+        found = self.metrics()
+        leader = [v for _, v in found.get(LEADER, [])]
+        running = [v for _, v in found.get(RUNNING, [])]
+        if running == [1.0] and all(v == 1.0 for v in leader):
+            return True
+        return False if running == [0.0] and leader and not any(leader) else None
 
     def wait_ready(self, timeout: float = START_S) -> None:
-        """Return once kopf has started (its liveness endpoint answers); fail fast if the operator exits."""
+        """Return once it leads (holds the Lease) and kopf runs its handlers; fail fast if it exits."""
+        self._wait(lambda: self.leading() is True, "lead and run the reconciler", timeout)
 
-        def ready() -> bool:
+    def wait_standby(self, timeout: float = START_S) -> None:
+        """Return once it is healthy and stands by: it answers /healthz and neither leads nor runs kopf."""
+        self._wait(lambda: _answers(f"{self.base}/healthz") and self.leading() is False, "stand by", timeout)
+
+    def _wait(self, check: Callable[[], bool], what: str, timeout: float) -> None:
+        def done() -> bool:
             if self.proc.poll() is not None:
                 raise ProgramError(self._report(f"mcpg-operator exited ({self.proc.returncode})"))
-            return _answers(self.liveness)
+            return check()
 
         try:
-            wait_until(ready, timeout, f"mcpg-operator's liveness endpoint {self.liveness}", interval=0.2)
+            wait_until(done, timeout, f"mcpg-operator {self.pod_name} to {what} ({self.metrics_url})", interval=0.2)
         except WaitTimeout as e:
             raise ProgramError(self._report(str(e))) from None
 
     def _report(self, what: str) -> str:
         return f"{what}; last lines of {self.log}:\n{tail(self.log, FAILURE_LINES)}"
 
+    def kill(self) -> None:
+        """SIGKILL (no clean stop, no Lease released: as a node loss or an OOM kill ends it); reaps it."""
+        self.proc.kill()
+        self.proc.wait(timeout=STOP_S)
+
     def stop(self, timeout: float = STOP_S) -> None:
-        """SIGTERM (kopf exits cleanly), then SIGKILL after `timeout` s; always reaps."""
+        """SIGTERM (kopf stops, the Lease is released), then SIGKILL after `timeout` s; always reaps."""
         processes.stop(self.proc, timeout)
 
     def __enter__(self) -> OperatorProcess:
@@ -173,3 +229,12 @@ def _answers(url: str) -> bool:
             return bool(response.status == 200)
     except (OSError, urllib.error.URLError):  # not listening yet
         return False
+
+
+def _text(url: str) -> str | None:
+    """The body at `url` (a 200), or None if it does not answer (yet)."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return str(response.read().decode()) if response.status == 200 else None
+    except (OSError, urllib.error.URLError):
+        return None
