@@ -38,7 +38,10 @@ FULL = {
     "mem_pool": 1000,
     "namespaces": 20,
     "per_ns": 10,
+    "replicas": 1,
+    "warmup": True,
     "rotations": 5,
+    "rotation_replicas": 3,
 }
 SMOKE = {
     "sizes": [2],
@@ -53,7 +56,10 @@ SMOKE = {
     "mem_pool": 4,
     "namespaces": 2,
     "per_ns": 1,
+    "replicas": 1,
+    "warmup": False,
     "rotations": 1,
+    "rotation_replicas": 1,  # real gateway processes roll one at a time: 3 would triple every rollout
 }
 SCENARIOS = ("fanout", "ingest", "polling", "memory", "operator")
 
@@ -84,7 +90,8 @@ def run(only: list[str], p: dict[str, Any], smoke: bool, workdir: Path) -> dict[
         args2 = (workdir, p["mem_sessions"], p["mem_per_session"], p["mem_pool"])
         timed("memory", lambda: fanout.run_memory(*args2))
     if "operator" in only:
-        timed("operator", lambda: convergence.run(workdir, p["namespaces"], p["per_ns"], p["rotations"]))
+        sizes = (p["namespaces"], p["per_ns"], p["rotations"], p["replicas"], p["rotation_replicas"], p["warmup"])
+        timed("operator", lambda: convergence.run(workdir, *sizes))
     return results
 
 
