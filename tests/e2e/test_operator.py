@@ -16,6 +16,7 @@ import yaml
 
 from mcpg_operator.kube import Kube, NamespaceTerminating, Refused, ns_path
 from mcpg_testing.controlplane import ControlPlane
+from mcpg_testing.manifests import polled
 from mcpg_testing.processes import wait_until
 
 ROOT = Path(__file__).parents[2]
@@ -149,16 +150,6 @@ def test_the_namespace_auth_secret_becomes_the_gateways_auth_and_no_token_is_ren
     assert [r["name"] for r in rendered_config(control_plane, namespace)["mcp"]["capabilities"]["resources"]] == [
         "finance-ledger"
     ]
-
-
-def polled(name: str) -> dict[str, Any]:
-    """The smallest ResourceWatch: polled every 60 s, needing no Secret."""
-    return {
-        "apiVersion": "mcpg.dev/v1alpha1",
-        "kind": "ResourceWatch",
-        "metadata": {"name": name},
-        "spec": {"uri": f"x://{name}", "backend": {"http": {"url": "http://upstream/"}}},
-    }
 
 
 def test_deleting_the_last_resourcewatch_removes_the_gateway(

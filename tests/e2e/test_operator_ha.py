@@ -31,6 +31,7 @@ from mcpg_testing.controlplane import ControlPlane
 from mcpg_testing.fixtures import OPERATOR_SETTINGS
 from mcpg_testing.images import ImageEnv
 from mcpg_testing.installation import CHART, OPERATOR_NAMESPACE
+from mcpg_testing.manifests import polled
 from mcpg_testing.processes import free_ports, wait_until
 from mcpg_testing.programs import OperatorProcess
 
@@ -106,16 +107,6 @@ def takeover_s(standby: OperatorProcess, since: float, bound_s: float) -> float:
 
 def _holds(process: OperatorProcess) -> bool:
     return any(v == 1.0 for _, v in process.metrics().get("leader_election_master_status", []))
-
-
-def polled(name: str) -> dict[str, Any]:
-    """The smallest ResourceWatch: polled every 60 s, needing no Secret."""
-    return {
-        "apiVersion": "mcpg.dev/v1alpha1",
-        "kind": "ResourceWatch",
-        "metadata": {"name": name},
-        "spec": {"uri": f"x://{name}", "backend": {"http": {"url": "http://upstream/"}}},
-    }
 
 
 def apply_and_wait_ready(plane: ControlPlane, namespace: str, name: str) -> None:
