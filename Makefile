@@ -63,7 +63,7 @@ bench: venv binaries image-envs ## benchmarks, each figure a ratio to a same-run
 	$(BIN)/python bench/run.py
 
 .PHONY: cluster-up
-cluster-up: venv binaries ## start the local control plane; kubeconfig in .cluster/kubeconfig
+cluster-up: venv binaries image-envs ## start the local control plane (its local kubelet runs gateway pods from .venv-gateway); kubeconfig in .cluster/kubeconfig
 	$(BIN)/python hack/controlplane.py up --state .cluster
 
 .PHONY: cluster-down
