@@ -16,6 +16,7 @@ import yaml
 
 from mcpg_operator.kube import Kube, NamespaceTerminating, Refused, ns_path
 from mcpg_testing.controlplane import ControlPlane
+from mcpg_testing.leaks import assert_not_logged
 from mcpg_testing.manifests import polled
 from mcpg_testing.processes import wait_until
 
@@ -49,29 +50,6 @@ def rendered_config(plane: ControlPlane, namespace: str) -> dict[str, Any]:
     secret = get(plane, namespace, "secret", volume["secret"]["secretName"])
     config: dict[str, Any] = yaml.safe_load(base64.b64decode(secret["data"]["gateway.yaml"]))
     return config
-
-
-def base64_forms(value: str) -> set[str]:
-    """How `value` shows inside any base64 text, at each of the three byte offsets (mod 3) it can start at.
-
-    Secret data travels base64-encoded in API bodies, alone (a token key) or inside a larger value (the rendered
-    gateway.yaml, a rotation state's JSON); only the characters that `value`'s own bits fully determine are kept.
-    """
-    raw = value.encode()
-    forms = set()
-    for offset in range(3):
-        encoded = base64.b64encode(bytes(offset) + raw).decode()
-        forms.add(encoded[(8 * offset + 5) // 6 : 8 * (offset + len(raw)) // 6])
-    return forms
-
-
-def assert_not_logged(log: Path, *values: str) -> None:
-    """No Secret value reached the operator's log, as itself or base64-encoded (it runs with kopf's --verbose)."""
-    text = log.read_text()
-    for value in values:
-        assert value not in text, f"a Secret value is in {log}"
-        leaked = [form for form in base64_forms(value) if form in text]
-        assert not leaked, f"a Secret value is in {log}, base64-encoded: {leaked[0]}"
 
 
 def google_secret() -> dict[str, Any]:

@@ -41,6 +41,7 @@ from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from mcpg_testing.controlplane import ControlPlane
+from mcpg_testing.leaks import assert_absent, assert_not_logged
 from mcpg_testing.operators import OperatorReplicas
 
 URI = "rotation://reports"
@@ -446,7 +447,20 @@ async def test_rotation_on_running_pods_refuses_no_sender_and_drops_no_listener(
     assert traffic.ends, "no rollout ended a listen stream"
     assert [e for e in traffic.ends if e.how != "answered"] == []
     assert max(traffic.reopen_gaps) < 5.0
-    # 4. The rotation finished, and the status says so; after a kill, under another replica's lead.
+    # 4. Neither token reached a status, an Event, a workload, a log, or any replica's /metrics.
+    objects_yaml = "".join(
+        control_plane.kubectl("-n", namespace, "get", kind, "-o", "yaml").stdout
+        for kind in ("resourcewatches", "webhooktokens", "events", "deployments", "replicasets", "pods", "services")
+    )
+    assert_absent(objects_yaml, "the namespace's objects", old, new)
+    assert_not_logged(operators.log, old, new)
+    for replica in operators.processes:
+        assert_absent(str(replica.metrics()), f"{replica.pod_name}'s /metrics", old, new)
+    pod_logs = sorted((control_plane.logs_dir / "pods").glob(f"{namespace}_*.log"))
+    assert pod_logs
+    for log in (control_plane.log("mcpg-kubelet"), control_plane.logs_dir / "service-connections.jsonl", *pod_logs):
+        assert_not_logged(log, old, new)
+    # 5. The rotation finished, and the status says so; after a kill, under another replica's lead.
     assert operators.leader().pod_name not in killed
     status = api.get(f"/apis/mcpg.dev/v1alpha1/namespaces/{namespace}/webhooktokens/reports-token")["status"]
     assert (status["phase"], status["retiringCount"], status["currentDigest"]) == ("Ready", 0, new_digest)

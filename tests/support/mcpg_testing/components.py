@@ -114,6 +114,11 @@ class Layout:
         return self.state_dir / "pods.json"
 
     @property
+    def pod_dirs(self) -> Path:
+        """Where the local kubelet writes each pod's volumes (Secret data included); removed with the data."""
+        return self.state_dir / "pods"
+
+    @property
     def kubelet_ready(self) -> Path:
         return self.state_dir / "kubelet.ready"
 

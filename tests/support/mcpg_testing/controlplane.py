@@ -250,9 +250,11 @@ class ControlPlane:
         for proc in self._children.values():
             proc.wait(timeout=STOP_TIMEOUT)  # reap our own children
         self._children.clear()
-        for path in (self.layout.etcd_data, self.layout.pki, self.layout.kubectl_cache):
+        # pods/: what the local kubelet wrote for pods still running at the stop, Secret volumes included.
+        for path in (self.layout.etcd_data, self.layout.pki, self.layout.kubectl_cache, self.layout.pod_dirs):
             shutil.rmtree(path, ignore_errors=True)
-        for path in (self.kubeconfig, self.operator_kubeconfig, self.layout.record, self.layout.kubelet_ready):
+        records = (self.layout.record, self.layout.kubelet_ready, self.layout.services, self.layout.pods)
+        for path in (self.kubeconfig, self.operator_kubeconfig, *records):
             path.unlink(missing_ok=True)
 
     def _still_alive(self, processes: dict[str, Recorded]) -> list[str]:

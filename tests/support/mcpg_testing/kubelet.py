@@ -73,7 +73,9 @@ class PodWorker:
         self.spec = podspec.container(pod)
         self.dir = kubelet.state / "pods" / f"{self.namespace}_{self.name}_{self.uid[:8]}"
         self.log_path = kubelet.state / "logs" / "pods" / f"{self.namespace}_{self.name}.log"
-        self.host_ports = dict(zip(self._declared_ports(), free_ports(len(self._declared_ports())), strict=True))
+        declared = [int(p["containerPort"]) for p in self.spec.get("ports", [])]
+        self.host_ports = dict(zip(declared, free_ports(len(declared)), strict=True))
+        """containerPort -> host port, kept across restarts of the container (a pod keeps its IP)."""
         self.launch: Launch | None = None
         self.proc: asyncio.subprocess.Process | None = None
         self.ready = False
@@ -86,9 +88,6 @@ class PodWorker:
         self.unhealthy = asyncio.Event()
         self._reported: dict[str, Any] | None = None
         self.task = asyncio.create_task(self._run(), name=f"pod {self.namespace}/{self.name}")
-
-    def _declared_ports(self) -> list[int]:
-        return [int(p["containerPort"]) for p in self.spec.get("ports", [])]
 
     @property
     def key(self) -> str:
