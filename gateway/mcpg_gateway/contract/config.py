@@ -297,6 +297,44 @@ class NatsConfig(_Model):
     """Default server for nats_topic watches that name none."""
 
 
+class BusConfig(_Model):
+    """Scale-out: every gateway process of one deployment shares this NATS server (JetStream on). `bus.py` uses it.
+
+    Fires travel on `<subject_prefix>.fire.*`; pull-watch ownership leases and last states live in the key-value
+    buckets `<bucket>-owners` (entries expire after `lease_ttl_s`) and `<bucket>-state`. Without a bus section
+    a gateway runs alone.
+    """
+
+    url: str = Field(min_length=1)
+    """`nats://host:port` or `tls://host:port`, with no credentials in it: those go in `user` and `password`."""
+    user: str | None = Field(default=None, min_length=1)
+    password: SecretStr | None = None
+    """Usually `${env.NAME}`, so the rendered configuration never holds it."""
+    subject_prefix: str = Field(default="mcpg", pattern=r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
+    bucket: str = Field(default="mcpg", pattern=r"^[A-Za-z0-9_-]+$", max_length=64)
+    lease_ttl_s: float = Field(default=10.0, ge=1, le=300)
+    """How long a pull watch's owner may be silent before another gateway takes the watch over."""
+    instance: str | None = Field(default=None, min_length=1)
+    """This process's name on the bus; default: `POD_NAME`, else host and process id."""
+
+    @field_validator("url")
+    @classmethod
+    def _no_credentials_in_url(cls, value: str) -> str:
+        # Never echo the value: a URL given here by mistake may carry a password.
+        scheme, sep, rest = value.partition("://")
+        if not sep or scheme not in ("nats", "tls"):
+            raise ValueError("expected a nats:// or tls:// URL")
+        if "@" in rest.split("/", 1)[0]:
+            raise ValueError("must not carry credentials: set user and password (password as ${env.NAME})")
+        return value
+
+    @model_validator(mode="after")
+    def _password_needs_user(self) -> BusConfig:
+        if self.password is not None and self.user is None:
+            raise ValueError("password: set user as well")
+        return self
+
+
 class _PrincipalFields(_Model):
     """What policies and filters see of a principal, as `subscriber.<field>`."""
 
@@ -354,6 +392,8 @@ class GatewaySection(_Model):
     server: ServerConfig = Field(default_factory=ServerConfig)
     nats: NatsConfig = Field(default_factory=NatsConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
+    bus: BusConfig | None = None
+    """Set to run as one of N gateways sharing a NATS bus; unset, the gateway runs alone."""
 
 
 class GatewayConfig(_Model):

@@ -1,9 +1,9 @@
 """Parse a configuration: YAML to a dict, `${env.NAME}` resolved, the schema validated, every problem named.
 
 Every problem carries the path of the offending field (`mcp.capabilities.resources[3].watch.strategy.
-interval_ms`) so a user can go straight to it. `${env.NAME}` in backend and strategy fields is resolved here,
-before validation, and a missing variable names the resource and the variable. The rules that look at the
-whole configuration (and the CEL) are `check.py`'s: this module only parses.
+interval_ms`) so a user can go straight to it. `${env.NAME}` in backend, strategy and `gateway.bus` fields is
+resolved here, before validation, and a missing variable names the resource (or the bus) and the variable. The
+rules that look at the whole configuration (and the CEL) are `check.py`'s: this module only parses.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from mcpg_gateway.contract import config
 from mcpg_gateway.contract.errors import ConfigError, Problem
 
 _ENV_REF = re.compile(r"\$\{env\.([A-Za-z_][A-Za-z0-9_]*)\}")
-# Fields that may carry `${env.NAME}`: the binding and the watch strategy (tokens, URLs, headers).
+# Fields that may carry `${env.NAME}`: the binding and the watch strategy (tokens, URLs, headers), and `gateway.bus`.
 _RESOLVED_KEYS = ("backend", "watch")
 # Discriminator tags pydantic inserts into error locations; users never write them.
 _UNION_TAGS = frozenset({*config.STRATEGY_TYPES, "http"})
@@ -58,6 +58,18 @@ def parse(raw: Any, environ: Mapping[str, str] | None = None) -> config.GatewayC
 
 
 def _resolve_env(raw: dict[str, Any], env: Mapping[str, str], problems: list[Problem]) -> dict[str, Any]:
+    return _resolve_bus(_resolve_entries(raw, env, problems), env, problems)
+
+
+def _resolve_bus(raw: dict[str, Any], env: Mapping[str, str], problems: list[Problem]) -> dict[str, Any]:
+    gateway = raw.get("gateway")
+    if not isinstance(gateway, dict) or not isinstance(gateway.get("bus"), dict):
+        return raw
+    bus = _substitute(gateway["bus"], "gateway.bus", "the bus", env, problems, frozenset())
+    return {**raw, "gateway": {**gateway, "bus": bus}}
+
+
+def _resolve_entries(raw: dict[str, Any], env: Mapping[str, str], problems: list[Problem]) -> dict[str, Any]:
     # Any shape is possible here (no `mcp`, or `mcp: [..]`): leave what is not a mapping to the schema to name.
     mcp = raw.get("mcp")
     if not isinstance(mcp, dict) or not isinstance(mcp.get("capabilities"), dict):
@@ -77,16 +89,16 @@ def _resolve_env(raw: dict[str, Any], env: Mapping[str, str], problems: list[Pro
 def _resolve_entry(where: str, entry: Any, env: Mapping[str, str], problems: list[Problem]) -> Any:
     if not isinstance(entry, dict):
         return entry
-    name = entry.get("name", "?")
+    who = f"resource {entry.get('name', '?')!r}"
     out = dict(entry)
     for key in _RESOLVED_KEYS:
         if key in entry:
-            out[key] = _substitute(entry[key], f"{where}.{key}", name, env, problems, frozenset())
+            out[key] = _substitute(entry[key], f"{where}.{key}", who, env, problems, frozenset())
     return out
 
 
 def _substitute(
-    value: Any, path: str, name: str, env: Mapping[str, str], problems: list[Problem], inside: frozenset[int]
+    value: Any, path: str, who: str, env: Mapping[str, str], problems: list[Problem], inside: frozenset[int]
 ) -> Any:
     """`value` with its `${env.NAME}` resolved. `inside`: the ids of the containers on the way down, because a
     YAML alias can put a mapping inside itself and walking it would never end."""
@@ -96,16 +108,16 @@ def _substitute(
             return None
         inside |= {id(value)}
     if isinstance(value, dict):
-        return {k: _substitute(v, f"{path}.{k}", name, env, problems, inside) for k, v in value.items()}
+        return {k: _substitute(v, f"{path}.{k}", who, env, problems, inside) for k, v in value.items()}
     if isinstance(value, list):
-        return [_substitute(v, f"{path}[{i}]", name, env, problems, inside) for i, v in enumerate(value)]
+        return [_substitute(v, f"{path}[{i}]", who, env, problems, inside) for i, v in enumerate(value)]
     if not isinstance(value, str):
         return value
 
     def lookup(match: re.Match[str]) -> str:
         var = match.group(1)
         if var not in env:
-            problems.append(Problem(path, f"resource {name!r} needs environment variable {var}, which is not set"))
+            problems.append(Problem(path, f"{who} needs environment variable {var}, which is not set"))
             return ""
         return env[var]
 

@@ -242,3 +242,46 @@ def test_a_file_that_is_not_utf8_is_one_clear_problem(tmp_path: Path) -> None:
         check.load_file(binary)
     [message] = map(str, e.value.problems)
     assert message.startswith(f"{binary}: not UTF-8 text")
+
+
+def bus(**fields: Any) -> dict[str, Any]:
+    return {"gateway": {"bus": {"url": "nats://bus:4222", **fields}}}
+
+
+def test_no_bus_section_means_the_gateway_runs_alone() -> None:
+    assert check.load({}, environ={}).gateway.bus is None
+
+
+def test_the_bus_password_comes_from_the_environment_and_never_shows() -> None:
+    cfg = check.load(bus(user="mcpg-team-a", password="${env.BUS_PASSWORD}"), environ={"BUS_PASSWORD": "s3cret"})
+    assert cfg.gateway.bus is not None
+    assert cfg.gateway.bus.password is not None
+    assert cfg.gateway.bus.password.get_secret_value() == "s3cret"
+    assert "s3cret" not in repr(cfg)
+    assert "s3cret" not in str(cfg.gateway.bus)
+
+
+def test_a_missing_bus_password_variable_names_the_bus_and_the_variable() -> None:
+    assert problems(bus(user="u", password="${env.BUS_PASSWORD}")) == [
+        "gateway.bus.password: the bus needs environment variable BUS_PASSWORD, which is not set"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ({"url": "nats://mcpg:hunter2@bus:4222"}, "gateway.bus.url: must not carry credentials"),
+        ({"url": "http://bus:4222"}, "gateway.bus.url: expected a nats:// or tls:// URL"),
+        ({"password": "p"}, "gateway.bus: password: set user as well"),
+        ({"subject_prefix": "mcpg.*"}, "gateway.bus.subject_prefix: String should match pattern"),
+        ({"bucket": "a.b"}, "gateway.bus.bucket: String should match pattern"),
+        ({"lease_ttl_s": 0}, "gateway.bus.lease_ttl_s: Input should be greater than or equal to 1"),
+    ],
+)
+def test_a_bad_bus_field_is_named_and_a_url_with_credentials_is_never_echoed(
+    fields: dict[str, Any], expected: str
+) -> None:
+    found = problems(bus(**fields))
+    assert len(found) == 1, found
+    assert found[0].startswith(expected), found
+    assert "hunter2" not in found[0]
