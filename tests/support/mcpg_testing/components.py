@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import secrets
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from mcpg_testing import runtimes
 from mcpg_testing.processes import free_ports
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "mcpg-kubelet")
@@ -105,12 +107,13 @@ class Layout:
 
     @property
     def services(self) -> Path:
-        """The local kubelet's record of each Service port's loopback port."""
+        """The local kubelet's record of each Service port's loopback port, by port name and by number."""
         return self.state_dir / "services.json"
 
     @property
     def pods(self) -> Path:
-        """The local kubelet's record of the pods it runs: host ports, pod IP, PID, log file."""
+        """The local kubelet's record of the pods it runs: host ports, pod IP, PID, log file, pod directory, and
+        the Service addresses each launch mapped."""
         return self.state_dir / "pods.json"
 
     @property
@@ -211,16 +214,24 @@ def _kwok_flags(layout: Layout, endpoints: Endpoints) -> list[str]:
     ]
 
 
-def kwok_stages(defaults: str, local_images: list[str]) -> str:
-    """kwok's default stages with every Pod stage limited to pods whose image the local kubelet does not run.
+IMAGE_QUERY = ".spec.containers.[0].image"
+"""The image kwok's stages test: the first container's, the one the local kubelet decides by."""
+
+
+def kwok_stages(defaults: str, local_images: Sequence[str], local_repositories: Sequence[str] = ()) -> str:
+    """kwok's default stages with every Pod stage limited to pods whose image the local kubelet does not run:
+    neither one of `local_images` (exact references) nor any tag of `local_repositories` (`runtimes.repository`
+    rules, written in jq: kwok's selector keys are jq expressions).
 
     kwok would otherwise mark those pods Running and Ready (and delete them) as well: two kubelets for one pod.
     """
+    excluded = [(IMAGE_QUERY, list(local_images)), (runtimes.repository_query(IMAGE_QUERY), list(local_repositories))]
     docs = [d for d in yaml.safe_load_all(defaults) if d]
     for stage in docs:
         if stage["spec"]["resourceRef"]["kind"] == "Pod":
             expressions = stage["spec"].setdefault("selector", {}).setdefault("matchExpressions", [])
-            expressions.append({"key": ".spec.containers.[0].image", "operator": "NotIn", "values": local_images})
+            # kwok refuses NotIn with no values; an empty list excludes nothing anyway
+            expressions += [{"key": key, "operator": "NotIn", "values": values} for key, values in excluded if values]
     return yaml.safe_dump_all(docs, sort_keys=False)
 
 

@@ -103,29 +103,32 @@ class ControlPlane:
 
     # -- the local kubelet's Service stand-ins ------------------------------------------------------------
 
-    def service_port(self, namespace: str, name: str, port: str = "http", timeout: float = READY_TIMEOUT) -> int:
-        """The loopback port standing in for Service `namespace/name`'s `port` (by name), once the local kubelet
-        opened it; a Service only reaches pods that the local kubelet runs and that are Ready."""
+    def service_port(self, namespace: str, name: str, port: str | int = "http", timeout: float = READY_TIMEOUT) -> int:
+        """The loopback port standing in for Service `namespace/name`'s `port` (by name or number), once the local
+        kubelet opened it; a Service only reaches pods that the local kubelet runs and that are Ready. Pods reach
+        the same port through `<name>.<namespace>.svc:<port>` (the local kubelet's cluster DNS, `podspec`)."""
         found: list[int] = []
+        key = str(port)  # services.json keys each port by its name and by its number, both as text
 
         def opened() -> bool:
             try:
                 record = json.loads(self.layout.services.read_text())
             except (OSError, ValueError):
                 return False
-            found[:] = (
-                [int(record[f"{namespace}/{name}"][port])] if port in record.get(f"{namespace}/{name}", {}) else []
-            )
+            found[:] = [int(record[f"{namespace}/{name}"][key])] if key in record.get(f"{namespace}/{name}", {}) else []
             return bool(found)
 
         wait_until(opened, timeout, f"the local stand-in of service {namespace}/{name} port {port}")
         return found[0]
 
-    def service_url(self, namespace: str, name: str, port: str = "http") -> str:
-        return f"http://127.0.0.1:{self.service_port(namespace, name, port)}"
+    def service_url(self, namespace: str, name: str, port: str | int = "http", scheme: str = "http") -> str:
+        """`scheme://127.0.0.1:<stand-in port>`: e.g. the bus as `service_url(ns, "mcpg-bus", 4222, "nats")`."""
+        return f"{scheme}://127.0.0.1:{self.service_port(namespace, name, port)}"
 
     def local_pods(self) -> dict[str, dict[str, Any]]:
-        """`namespace/pod` -> what the local kubelet records of it (uid, ip, pid, host ports by containerPort, log)."""
+        """`namespace/pod` -> what the local kubelet records of it: uid, ip, pid, host ports by containerPort, log,
+        dir (its volumes are under `dir`/volumes/<volume>) and services (each Service address its launch mapped
+        -> the loopback address it got)."""
         try:
             record: dict[str, dict[str, Any]] = json.loads(self.layout.pods.read_text())
         except (OSError, ValueError):
@@ -176,7 +179,7 @@ class ControlPlane:
     def _start(self) -> None:
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         defaults = self.binary(KWOK_STAGES).read_text()
-        self.layout.kwok_stages.write_text(components.kwok_stages(defaults, sorted(runtimes.IMAGES)))
+        self.layout.kwok_stages.write_text(components.kwok_stages(defaults, *runtimes.local_images()))
         self.layout.pki.mkdir(mode=0o700)  # keys and tokens
         self.layout.etcd_data.mkdir(mode=0o700)
         endpoints = Endpoints.pick()

@@ -3,9 +3,11 @@
 kwok plays the kubelet of the fake node for every other pod (its pod stages exclude these images, see
 `components.kwok_stages`). For ours, this process does what a kubelet does, on loopback:
 
-- starts the container's program from its image environment, with its command and args, its environment
-  (values, Secret/ConfigMap keys, field references) and its Secret, ConfigMap and emptyDir volumes written
-  under a per-pod directory; mount paths and ports are mapped as `podspec` documents;
+- starts the container's program from its image's runtime (`runtimes`: the gateway from its image env, the
+  NATS server from the test venv), with its command and args, its environment (values, Secret/ConfigMap keys,
+  field references) and its Secret, ConfigMap and emptyDir volumes written under a per-pod directory; Service
+  names (cluster DNS), mount paths and ports are mapped as `podspec` documents, and a container that names a
+  Service not served yet waits in CreateContainerConfigError until it is;
 - reports the pod's status: Running with a pod IP, `Ready` from the real readiness probe, the container's
   state, last state and `restartCount`;
 - restarts the container when it exits or fails its liveness probe, with a growing back-off (immediately, then
@@ -14,8 +16,9 @@ kwok plays the kubelet of the fake node for every other pod (its pod stages excl
   and removes the pod;
 - stands in for kube-proxy (`serviceproxy`): every Service gets loopback listeners that reach Ready endpoints.
 
-Files in the state directory: `pods.json` (each pod's host ports, IP and PID), `services.json` (each Service
-port's loopback port), `logs/mcpg-kubelet.log`, `logs/pods/<namespace>_<pod>.log` (container output) and
+Files in the state directory: `pods.json` (each pod's host ports, IP, PID, directory and the Service addresses
+its launch mapped), `services.json` (each Service port's loopback port, by port name and number),
+`logs/mcpg-kubelet.log`, `logs/pods/<namespace>_<pod>.log` (container output) and
 `logs/service-connections.jsonl`.
 
     python -m mcpg_testing.kubelet --kubeconfig FILE --state DIR --node NODE
@@ -53,7 +56,7 @@ BACKOFF_S = (0.0, 10.0, 20.0, 40.0, 80.0, 160.0, 300.0)
 BACKOFF_RESET_S = 600.0
 """A container that ran this long starts its back-off over, as the kubelet's does."""
 CONFIG_RETRY_S = 2.0
-"""How soon a container whose Secret or key is missing (CreateContainerConfigError) is tried again."""
+"""How soon a container whose Secret, key or Service is missing (CreateContainerConfigError) is tried again."""
 POD_IPS = ipaddress.ip_network("10.1.0.0/16")
 """Pod IPs for EndpointSlices (kwok's pods use 10.0.0.0/24); nothing connects to them, the proxy maps pods."""
 READY_FILE = "kubelet.ready"
@@ -77,6 +80,8 @@ class PodWorker:
         self.host_ports = dict(zip(declared, free_ports(len(declared)), strict=True))
         """containerPort -> host port, kept across restarts of the container (a pod keeps its IP)."""
         self.launch: Launch | None = None
+        self.argv: list[str] = []
+        """What the container execs, program resolved: set with `launch` by each `_prepare`."""
         self.proc: asyncio.subprocess.Process | None = None
         self.ready = False
         self.restarts = 0
@@ -143,7 +148,10 @@ class PodWorker:
             self.host_ports,
             lambda kind, name: lookups.get((kind, name)),
             list(self.runtime.cmd),
+            self.kubelet.proxy.port_table,  # the Services served now; an unknown one is retried with the config
         )
+        self.argv = self._argv(launch)
+        self.dir.mkdir(parents=True, exist_ok=True)  # the container's working directory, volumes or not
         for path in launch.dirs:
             path.mkdir(parents=True, exist_ok=True)
         for path, (content, mode) in launch.files.items():
@@ -153,17 +161,13 @@ class PodWorker:
         return launch
 
     def _argv(self, launch: Launch) -> list[str]:
-        env = self.runtime.env_dir()
-        if launch.uses_image_entrypoint:
-            program, *rest = self.runtime.entrypoint
-            return [str(env.bin_dir / program), *rest, *launch.command]
-        program, *rest = launch.command
-        local = env.bin_dir / program
+        """The runtime's argv for the launch, its program from the runtime's bin dir if it is there."""
+        program, *rest = self.runtime.argv(launch.command, launch.uses_image_entrypoint)
+        local = self.runtime.bin_dir / program
         return [str(local) if local.exists() else program, *rest]
 
     def _environ(self, launch: Launch) -> dict[str, str]:
-        env = self.runtime.env_dir()
-        base = {"PATH": f"{env.bin_dir}:/usr/local/bin:/usr/bin:/bin", "PYTHONNOUSERSITE": "1"}
+        base = {"PATH": f"{self.runtime.bin_dir}:/usr/local/bin:/usr/bin:/bin", "PYTHONNOUSERSITE": "1"}
         return base | self.runtime.env | launch.env
 
     async def _run_container(self, launch: Launch) -> float:
@@ -174,7 +178,7 @@ class PodWorker:
             out.flush()
             try:
                 self.proc = await asyncio.create_subprocess_exec(
-                    *self._argv(launch),
+                    *self.argv,
                     stdin=asyncio.subprocess.DEVNULL,
                     stdout=out,
                     stderr=asyncio.subprocess.STDOUT,
@@ -184,13 +188,14 @@ class PodWorker:
                     preexec_fn=die_with_parent_hook(),
                 )
             except OSError as e:
+                logger.warning("pod %s: RunContainerError: %s", self.key, e)
                 self.state = {"waiting": {"reason": "RunContainerError", "message": str(e)}}
                 await self.report()
                 return 0.0
         started = time.monotonic()
         self.unhealthy.clear()
         self.state = {"running": {"startedAt": now()}}
-        logger.info("pod %s: started pid %d: %s", self.key, self.proc.pid, " ".join(self._argv(launch)))
+        logger.info("pod %s: started pid %d: %s", self.key, self.proc.pid, " ".join(self.argv))
         self.kubelet.write_pods()
         await self.report()
         probes = [asyncio.create_task(self._readiness(launch)), asyncio.create_task(self._liveness(launch))]
@@ -433,6 +438,8 @@ class Kubelet:
                 "pid": w.proc.pid if w.proc else None,
                 "ports": {str(k): v for k, v in w.host_ports.items()},
                 "log": str(w.log_path),
+                "dir": str(w.dir),
+                "services": w.launch.services if w.launch else {},
             }
             for w in self.workers.values()
         }

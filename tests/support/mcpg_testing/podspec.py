@@ -1,16 +1,34 @@
 """What a container of a pod runs as a local process: pure builders over the pod as the API server stores it.
 
 The local kubelet (`kubelet.py`) turns a pod into a `Launch`: the argv, the environment and the files of its
-volumes. Nothing here reads the cluster; Secrets and ConfigMaps come in through a `Lookup`, so every rule is
-unit-testable. Two mappings make a pod runnable beside others on one machine, and both are applied the same way
-to the container's command, args and env values, never to the pod as the operator rendered it:
+volumes. Nothing here reads the cluster; Secrets and ConfigMaps come in through a `Lookup`, Services through a
+`Services`, so every rule is unit-testable. Three mappings make a pod runnable beside others on one machine, and
+all are applied the same way to the container's command, args and env values (each value or argument on its
+own), never to the pod as the operator rendered it:
 
+- **Service names** (cluster DNS). Every `<service>.<namespace>.svc:<port>` in the text (also spelled
+  `.svc.cluster.local`, with or without the trailing dot, in any letter case; inside a URL such as
+  `nats://user:pw@mcpg-bus.mcpg-system.svc:4222` too) becomes `127.0.0.1:<stand-in port>`: the loopback
+  listener of the Service stand-in (`serviceproxy`) for that Service port (the Service's `port`, not its
+  targetPort). Not mapped: a name without a port (nothing says which listener), the short forms `<service>`
+  and `<service>.<namespace>` (search-path lookups, ambiguous with any `host.tld:port`), pod names under a
+  headless Service, and other cluster domains. A Service that does not exist yet, or has no such port, is a
+  `ConfigError` naming the address: the kubelet reports CreateContainerConfigError and builds the launch
+  again on its next try, so a pod created before its Service starts once the Service exists (a real pod
+  would start and see NXDOMAIN until then; waiting is the same outcome without a program's retry policy).
+  The mapping is made at each start of the container: a Service recreated later (a new stand-in port, as a
+  new ClusterIP) is seen at the next restart.
 - **Mount paths.** Each volumeMount's `mountPath` becomes the pod's directory for that volume: an argument or
   value equal to the mount path, or starting with it followed by `/`, has that prefix replaced. A program that
   reads a path not under any mount (a wrong mount path in the manifest) finds nothing there, as in a container.
 - **Ports.** Each declared `containerPort` gets a free loopback port: an argument or value that is exactly the
   port number, or ends in `:<port>` or `=<port>`, gets the host port instead. Probes and the Service stand-in
   resolve ports (by name or number) through the same table.
+
+A text the Service-name mapping changed is left alone by the other two: its port is the stand-in's now, and a
+pod that names its own Service (`nats://mcpg-bus.ns.svc:4222` in a pod declaring 4222) must reach the Service,
+not have the port of the name rewritten to its own. Files inside volumes are never mapped: a program whose
+config file names a port or a path must be given it as a flag (nats-server's flags override its file).
 
 What a container runtime would add that the programs here do not need is left out on purpose: service links
 (`*_SERVICE_HOST`), user and security-context enforcement, resource limits, and network namespaces.
@@ -27,6 +45,9 @@ from typing import Any
 
 Lookup = Callable[[str, str], dict[str, Any] | None]
 """(kind "Secret" | "ConfigMap", name) in the pod's namespace -> the object, or None if it does not exist."""
+Services = Callable[[str, str], Mapping[int, int] | None]
+"""(namespace, Service name) -> its port -> the stand-in's loopback port, or None if no such Service is served."""
+LOOPBACK = "127.0.0.1"
 
 
 class ConfigError(Exception):
@@ -49,12 +70,19 @@ class Launch:
     """containerPort -> host port."""
     named_ports: dict[str, int] = field(default_factory=dict)
     """Port name -> containerPort."""
+    services: dict[str, str] = field(default_factory=dict)
+    """Each Service address as written (`mcpg-bus.ns.svc:4222`) -> the loopback address it was given."""
 
 
 def container(pod: Mapping[str, Any], name: str | None = None) -> dict[str, Any]:
     """The named container of `pod`, or its first."""
     containers: list[dict[str, Any]] = pod["spec"]["containers"]
     return next((c for c in containers if c["name"] == name), containers[0]) if name else containers[0]
+
+
+def no_services(namespace: str, name: str) -> Mapping[int, int] | None:
+    """A cluster without Services."""
+    return None
 
 
 def build(
@@ -64,24 +92,65 @@ def build(
     host_ports: Mapping[int, int],
     lookup: Lookup,
     image_cmd: list[str],
+    services: Services = no_services,
 ) -> Launch:
     """The `Launch` of container `spec` of `pod`; raise ConfigError naming what is missing or unsupported."""
     mounts = _mounts(pod, spec, pod_dir)
     declared = {int(p["containerPort"]): p.get("name") for p in spec.get("ports", [])}
     ports = {port: host_ports[port] for port in declared}
+    addresses: dict[str, str] = {}
 
-    def mapped(text: str) -> str:
-        return map_ports(map_paths(text, mounts), ports)
+    def mapped(text: str, where: str) -> str:
+        try:
+            found = service_addresses(text, services)
+        except ConfigError as e:
+            raise ConfigError(f"{where}: {e}") from None
+        addresses.update(found)
+        return replace_addresses(text, found) if found else map_ports(map_paths(text, mounts), ports)
 
     env = {"HOSTNAME": pod["metadata"]["name"]}  # as a container runtime sets it: the pod's name
     env |= _env_from(spec, lookup)
-    env |= {k: mapped(v) for k, v in _env(pod, spec, lookup).items()}
+    env |= {k: mapped(v, f"env {k}") for k, v in _env(pod, spec, lookup).items()}
     uses_entrypoint = "command" not in spec
     args = spec.get("args", image_cmd if uses_entrypoint else [])
-    command = [*spec.get("command", []), *args]
+    # an argument is named by its index: its text may hold a credential (a URL's password)
+    command = [mapped(a, f"argv[{i}]") for i, a in enumerate([*spec.get("command", []), *args])]
     files, dirs = _volume_files(pod, spec, pod_dir, lookup)
     named = {n: port for port, n in declared.items() if n}
-    return Launch([mapped(a) for a in command], uses_entrypoint, env, files, dirs, ports, named)
+    return Launch(command, uses_entrypoint, env, files, dirs, ports, named, addresses)
+
+
+_LABEL = r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?"
+SERVICE_ADDRESS = re.compile(
+    rf"(?<![-a-z0-9.])(?P<service>{_LABEL})\.(?P<namespace>{_LABEL})"
+    rf"\.svc(?:\.cluster\.local)?\.?:(?P<port>\d{{1,5}})(?!\d)",
+    re.IGNORECASE | re.ASCII,  # DNS folds ASCII case only: no Kelvin sign for a `k`
+)
+"""`<service>.<namespace>.svc[.cluster.local][.]:<port>`, not preceded by a DNS name's letters or dots."""
+
+
+def service_addresses(text: str, services: Services) -> dict[str, str]:
+    """Each Service address in `text` -> `127.0.0.1:<stand-in port>`; ConfigError for an unknown Service or port."""
+    found: dict[str, str] = {}
+    for match in SERVICE_ADDRESS.finditer(text):
+        name, namespace, port = match["service"].lower(), match["namespace"].lower(), int(match["port"])
+        table = services(namespace, name)
+        if table is None:
+            raise ConfigError(f"{match[0]}: no Service {name!r} in namespace {namespace!r} (cluster DNS: NXDOMAIN)")
+        if port not in table:
+            raise ConfigError(f"{match[0]}: Service {namespace}/{name} has no port {port} (it has {sorted(table)})")
+        found[match[0]] = f"{LOOPBACK}:{table[port]}"
+    return found
+
+
+def replace_addresses(text: str, addresses: Mapping[str, str]) -> str:
+    """`text` with each Service address found by `service_addresses` replaced by its loopback address."""
+    return SERVICE_ADDRESS.sub(lambda m: addresses.get(m[0], m[0]), text)
+
+
+def map_services(text: str, services: Services) -> str:
+    """`text` with every Service address made the stand-in's loopback address (see the module's rules)."""
+    return replace_addresses(text, service_addresses(text, services))
 
 
 def map_paths(text: str, mounts: Mapping[str, Path]) -> str:

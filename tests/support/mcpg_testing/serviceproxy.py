@@ -1,7 +1,9 @@
 """A stand-in for kube-proxy on loopback: one listener per Service port, forwarding to the Ready endpoints.
 
 Each Service with a selector gets, per port, a loopback listener on a free port (recorded in `services.json`
-in the state directory, read by `controlplane.ControlPlane.service`). A connection is forwarded, as bytes, to
+in the state directory under the port's name and its number, read by `controlplane.ControlPlane.service_port`;
+the local kubelet's cluster DNS maps `<service>.<namespace>.svc:<port>` to it, see `port_table` and
+`podspec`). A connection is forwarded, as bytes, to
 one endpoint that its EndpointSlices list as ready and whose pod the local kubelet runs: at random, as
 kube-proxy's iptables mode does, or to the client's previous endpoint while it stays ready when the Service sets
 `sessionAffinity: ClientIP`. Established connections are left alone when their endpoint stops being ready,
@@ -88,6 +90,12 @@ class ServiceProxy:
         for obj in listed["items"]:
             await self.service_event("ADDED", obj)
 
+    def port_table(self, namespace: str, name: str) -> dict[int, int] | None:
+        """Service port -> its loopback listener's port, or None if the Service is not served (unknown, or
+        without a selector): what cluster DNS and the Service's ClusterIP give a pod, on loopback."""
+        state = self.services.get((namespace, name))
+        return None if state is None else {p.port: p.local_port for p in state.ports.values()}
+
     def slice_event(self, kind: str, obj: dict[str, Any]) -> None:
         key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
         if kind == "DELETED":
@@ -133,8 +141,10 @@ class ServiceProxy:
             await self._close_port(port)
 
     def _write_record(self) -> None:
+        # by name and by number: a test asks for the port it knows (a port name always holds a letter, so the
+        # two never collide; an unnamed port's name is its number already)
         record = {
-            f"{ns}/{name}": {p.name: p.local_port for p in state.ports.values()}
+            f"{ns}/{name}": {key: p.local_port for p in state.ports.values() for key in (p.name, str(p.port))}
             for (ns, name), state in sorted(self.services.items())
         }
         tmp = self.record.with_suffix(".tmp")

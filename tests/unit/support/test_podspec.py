@@ -122,3 +122,44 @@ def test_a_declared_port_is_mapped_as_a_whole_number(text: str, mapped: str) -> 
 )
 def test_a_mount_path_is_mapped_only_as_a_path_prefix(text: str, mapped: str | None) -> None:
     assert podspec.map_paths(text, {"/etc/mcpg": Path("/v")}) == (mapped or text)
+
+
+def bus_pod() -> dict[str, Any]:
+    """The bus pod as the operator will render it (Deployment `mcpg-bus`)."""
+    args = ["--config", "/etc/nats/nats.conf", "--jetstream", "--store_dir", "/data/jetstream"]
+    container = {
+        "name": "nats",
+        "image": "nats:2.11-alpine",
+        "command": ["nats-server"],
+        "args": [*args, "--port", "4222", "--http_port", "8222"],
+        "ports": [{"name": "client", "containerPort": 4222}, {"name": "monitor", "containerPort": 8222}],
+        "readinessProbe": {"httpGet": {"path": "/healthz?js-enabled-only=true", "port": 8222}},
+        "volumeMounts": [{"name": "config", "mountPath": "/etc/nats"}, {"name": "data", "mountPath": "/data"}],
+    }
+    volumes = [{"name": "config", "secret": {"secretName": "mcpg-bus"}}, {"name": "data", "emptyDir": {}}]
+    return {
+        "metadata": {"name": "mcpg-bus-1", "namespace": "mcpg-system", "uid": "u-2"},
+        "spec": {"containers": [container], "volumes": volumes},
+    }
+
+
+def test_the_bus_runs_its_own_command_with_config_and_store_in_the_pods_volumes_on_mapped_ports() -> None:
+    launch = build(bus_pod(), {("Secret", "mcpg-bus"): secret(**{"nats.conf": "jetstream: enabled"})})
+    volumes = POD_DIR / "volumes"
+    assert not launch.uses_image_entrypoint
+    assert launch.command == [
+        "nats-server",
+        "--config",
+        f"{volumes}/config/nats.conf",
+        "--jetstream",
+        "--store_dir",
+        f"{volumes}/data/jetstream",  # the emptyDir's directory: removed with the pod
+        "--port",
+        "40000",
+        "--http_port",
+        "40001",
+    ]
+    assert launch.files == {volumes / "config" / "nats.conf": (b"jetstream: enabled", 0o644)}
+    assert volumes / "data" in launch.dirs
+    assert podspec.resolve_port(8222, launch) == 40001  # the readiness probe's port
+    assert podspec.resolve_port("client", launch) == 40000  # the Service's targetPort, by name
