@@ -16,7 +16,8 @@ tested the way rotation.py's state machine is. The steps, in order:
    accepts every token in it. A token that is in no rendered configuration needs no rollout at all.
 5. Retire what is due (its replacement rolled out, plus the grace period); if anything was, render again. The
    configuration rendered last is the one applied, once.
-6. Statuses, Events, and the writes that make the namespace match (only where it does not already).
+6. Statuses, Events, and the writes that make the namespace match (only where it does not already). With a
+   managed bus (`bus.Wiring`), that includes the namespace's bus credentials Secret: created once, never changed.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mcpg_operator import events, objects, observed, render, rotation, statuses, tokens
+from mcpg_operator import bus, events, objects, observed, render, rotation, statuses, tokens
 from mcpg_operator import writes as w
 from mcpg_operator.models import GROUP
 from mcpg_operator.settings import GatewayDefaults
@@ -51,28 +52,39 @@ class Decision:
     """Decide again after this long (a grace period ends), even if nothing else happens."""
     rerun: bool
     """Decide again as soon as the writes are done: a created Secret has to be read back."""
+    bus_account: bool = False
+    """Once the writes are done, the namespace holds managed bus credentials (so the bus must list its account)."""
 
 
-def decide(snap: observed.Snapshot, defaults: GatewayDefaults, now: float, new_token: Callable[[], str]) -> Decision:
+def decide(
+    snap: observed.Snapshot,
+    defaults: GatewayDefaults,
+    now: float,
+    new_token: Callable[[], str],
+    wiring: bus.Wiring | None = None,
+) -> Decision:
+    """One pass's decision; `wiring`: the namespace's bus, if its gateway replicas share one."""
     secrets = snap.secret_data()
     sources = {t.name: tokens.source(t.spec, secrets) for t in snap.tokens}
     serving = _serving(snap)
     pinned = {t.name: _pinned(snap, t.name, serving) for t in snap.tokens}
     generated, retried = _generated_secrets(snap, sources, new_token)
     if generated:
-        return _only_create(snap, generated, defaults)
+        return _only_create(snap, generated, defaults, wiring)
     recovered = {t.name: _recovered(t, sources[t.name], pinned[t.name], now) for t in snap.tokens}
     edits = {
         t.name: rotation.observe_secret(recovered[t.name], sources[t.name].secret_value, now, pinned[t.name])
         for t in snap.tokens
     }
-    states, plan = _rotate(snap, sources, {name: edit.state for name, edit in edits.items()}, defaults, now)
+    promoted = {name: edit.state for name, edit in edits.items()}
+    states, plan = _rotate(snap, sources, promoted, defaults, now, wiring)
     rolled_out = _runs(snap.deployment, plan)
     views = {t.name: _view(snap, t.name, states[t.name], plan, serving) for t in snap.tokens}
     status_by_ref, status_writes = _statuses(snap, sources, states, views, plan, rolled_out, now)
     evts = _events(snap, edits, recovered, states, status_by_ref)
     posts = [w.PostEvent(events.body(snap.namespace, e, now)) for e in evts]
-    todo = [*retried, *_state_writes(snap, states), *_gateway(snap, plan, defaults), *status_writes, *posts]
+    gateway = _gateway(snap, plan, defaults, wiring, new_token, rolled_out)
+    todo = [*retried, *_state_writes(snap, states), *gateway, *status_writes, *posts]
     return Decision(
         states=states,
         plan=plan,
@@ -82,24 +94,34 @@ def decide(snap: observed.Snapshot, defaults: GatewayDefaults, now: float, new_t
         rollout_complete=rolled_out,
         next_check_s=_next_check(states, sources, now),
         rerun=False,
+        bus_account=_bus_account(snap, todo),
     )
 
 
-def _only_create(snap: observed.Snapshot, generated: list[w.Write], defaults: GatewayDefaults) -> Decision:
+def _only_create(
+    snap: observed.Snapshot, generated: list[w.Write], defaults: GatewayDefaults, wiring: bus.Wiring | None
+) -> Decision:
     """Step 1's early end: the generated Secrets are the only writes, and the next pass decides the rest."""
     states = {t.name: t.state for t in snap.tokens}
-    plan = render.plan(snap.watches, states, snap.secret_data(), defaults)
-    return Decision(states, plan, {}, (), w.in_order(generated), _runs(snap.deployment, plan), None, rerun=True)
+    plan = render.plan(snap.watches, states, snap.secret_data(), defaults, wiring)
+    rolled_out = _runs(snap.deployment, plan)
+    has_bus = _bus_account(snap, generated)  # as read: the next pass creates it if it is missing
+    return Decision(states, plan, {}, (), w.in_order(generated), rolled_out, None, rerun=True, bus_account=has_bus)
 
 
 def _rotate(
-    snap: observed.Snapshot, sources: dict[str, tokens.Source], promoted: States, defaults: GatewayDefaults, now: float
+    snap: observed.Snapshot,
+    sources: dict[str, tokens.Source],
+    promoted: States,
+    defaults: GatewayDefaults,
+    now: float,
+    wiring: bus.Wiring | None,
 ) -> tuple[States, render.Plan]:
     """Steps 2 to 4: render, observe the rollout as read, retire what is due, and render again if anything was."""
-    plan = render.plan(snap.watches, promoted, snap.secret_data(), defaults)
+    plan = render.plan(snap.watches, promoted, snap.secret_data(), defaults, wiring)
     states = _after_rollout(promoted, sources, plan, _runs(snap.deployment, plan), now)
     if any(len(states[name].retiring) < len(promoted[name].retiring) for name in states):
-        plan = render.plan(snap.watches, states, snap.secret_data(), defaults)
+        plan = render.plan(snap.watches, states, snap.secret_data(), defaults, wiring)
     return states, plan
 
 
@@ -220,20 +242,39 @@ def _runs(deployment: observed.Deployment | None, plan: render.Plan) -> bool:
     return deployment is not None and deployment.config_hash == plan.hash and deployment.rollout_complete
 
 
-def _gateway(snap: observed.Snapshot, plan: render.Plan, defaults: GatewayDefaults) -> list[w.Write]:
+def _gateway(
+    snap: observed.Snapshot,
+    plan: render.Plan,
+    defaults: GatewayDefaults,
+    wiring: bus.Wiring | None,
+    new_token: Callable[[], str],
+    rolled_out: bool,
+) -> list[w.Write]:
     if not snap.watches:
         return []  # without a ResourceWatch there is no gateway: garbage collection removes its objects
-    return [*_gateway_writes(snap, plan, defaults), *_collectable(snap, plan)]
+    owners = objects.owner_references([(rw.name, rw.id.uid) for rw in snap.watches])
+    return [
+        *_bus_credentials(snap, wiring, owners, new_token, rolled_out),
+        *_gateway_writes(snap, plan, defaults, wiring, owners),
+        *_collectable(snap, plan),
+    ]
 
 
-def _gateway_writes(snap: observed.Snapshot, plan: render.Plan, defaults: GatewayDefaults) -> list[w.Write]:
-    ns, owners = snap.namespace, objects.owner_references([(rw.name, rw.id.uid) for rw in snap.watches])
+def _gateway_writes(
+    snap: observed.Snapshot,
+    plan: render.Plan,
+    defaults: GatewayDefaults,
+    wiring: bus.Wiring | None,
+    owners: list[dict[str, Any]],
+) -> list[w.Write]:
+    ns = snap.namespace
     out: list[w.Write] = [*_config_secret(snap, plan, owners)]
     deployment = snap.deployment.applied if snap.deployment else None
+    desired = objects.deployment(ns, plan.hash, defaults, owners, bus.pod_env(wiring))
     for live, ref, body in (
         (snap.service_account, w.Ref("serviceaccounts", objects.NAME), objects.service_account(ns, owners)),
         (snap.service, w.Ref("services", objects.NAME), objects.service(ns, owners, defaults)),
-        (deployment, w.Ref("deployments", objects.NAME, "apps"), objects.deployment(ns, plan.hash, defaults, owners)),
+        (deployment, w.Ref("deployments", objects.NAME, "apps"), desired),
     ):
         if live is None or not live.covers(body):
             out.append(w.ApplyObject(w.Stage.GATEWAY, ref, body))
@@ -250,6 +291,54 @@ def _config_secret(snap: observed.Snapshot, plan: render.Plan, owners: list[dict
     if existing.owner_uids != {o["uid"] for o in owners}:
         return [w.MergePatch(w.Stage.GATEWAY, ref, {"metadata": {"ownerReferences": owners}})]
     return []
+
+
+def _bus_credentials(
+    snap: observed.Snapshot,
+    wiring: bus.Wiring | None,
+    owners: list[dict[str, Any]],
+    new_token: Callable[[], str],
+    rolled_out: bool,
+) -> list[w.Write]:
+    """The namespace's managed bus credentials: created once (never overwritten), kept owned by every watch.
+
+    Decided before the Deployment in the same stage, so the Secret exists before a pod template refers to it.
+    One the namespace no longer uses (one replica, or an external bus) is deleted once every pod runs the
+    configuration without it: until then a restarting container of an older pod still reads it.
+    """
+    ref = w.Ref("secrets", bus.CREDENTIALS_SECRET)
+    existing = snap.secret(ref.name)
+    if not _managed(wiring):
+        return [w.DeleteObject(ref)] if _has_bus_secret(snap) and rolled_out else []
+    if existing is None:
+        return [w.CreateObject(w.Stage.GATEWAY, ref, bus.credentials_secret(snap.namespace, new_token(), owners))]
+    if _has_bus_secret(snap) and existing.owner_uids != {o["uid"] for o in owners}:
+        # As for the configuration Secret: owned by one watch only, it would go with that watch.
+        return [w.MergePatch(w.Stage.GATEWAY, ref, {"metadata": {"ownerReferences": owners}})]
+    return []
+
+
+def _bus_account(snap: observed.Snapshot, todo: Sequence[w.Write]) -> bool:
+    """Whether the namespace holds managed bus credentials once the writes `todo` are done.
+
+    Without a watch it keeps them until the garbage collector removes them; that deletion is an event, and the
+    pass it starts reports the change.
+    """
+    ref = w.Ref("secrets", bus.CREDENTIALS_SECRET)
+    for write in todo:
+        if isinstance(write, w.CreateObject | w.DeleteObject) and write.ref == ref:
+            return isinstance(write, w.CreateObject)
+    return _has_bus_secret(snap)
+
+
+def _managed(wiring: bus.Wiring | None) -> bool:
+    return wiring is not None and wiring.managed
+
+
+def _has_bus_secret(snap: observed.Snapshot) -> bool:
+    """The namespace holds the operator's bus credentials (a user's Secret of that name is never touched)."""
+    found = snap.secret(bus.CREDENTIALS_SECRET)
+    return found is not None and found.labels.get(bus.CREDENTIALS_LABEL) == "true"
 
 
 def _collectable(snap: observed.Snapshot, plan: render.Plan) -> list[w.Write]:

@@ -4,6 +4,10 @@ All handlers are `on.event` handlers on purpose: they store nothing on the objec
 Secret data can never be copied into an annotation) and add no finalizers; the reconcile they request is
 level-based and idempotent, and a periodic resync covers any event that was missed. They also keep Secret data out
 of kopf's own log: its change handlers (`on.create`/`on.update`/...) log the whole body and diff at DEBUG.
+
+With a managed bus (gateway replicas above 1), a second scheduler runs the cluster-wide bus step
+(`bus_reconcile`) under one key: at start, on every resync, when a bus credentials Secret changes, and after a
+namespace pass that gained or lost its bus credentials.
 """
 
 from __future__ import annotations
@@ -11,14 +15,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any
 
 import kopf
 
-from mcpg_operator import objects, reconcile, settings, tokens
-from mcpg_operator.kube import Kube
-from mcpg_operator.scheduler import Scheduler
+from mcpg_operator import bus, bus_reconcile, metrics, objects, reconcile, settings, tokens
+from mcpg_operator.kube import Client, Kube
+from mcpg_operator.scheduler import After, Scheduler
 
 logger = logging.getLogger(__name__)
 
@@ -73,8 +77,40 @@ def _operator_settings() -> settings.OperatorSettings:
 async def _start(memo: kopf.Memo, config: settings.OperatorSettings) -> None:
     kube = await Kube.connect()
     memo.kube = kube
-    memo.scheduler = Scheduler(lambda ns: reconcile.reconcile(kube, ns, config.gateway), settle_s=config.settle_s)
-    memo.resync = asyncio.create_task(_resync(memo.scheduler, config.resync_s))
+    memo.bus = bus_scheduler(kube, config)
+    after = follow_bus_accounts(memo.bus, config.bus.namespace) if memo.bus else None
+
+    def run(namespace: str) -> Awaitable[reconcile.Outcome]:
+        return reconcile.reconcile(kube, namespace, config.gateway, bus_settings=config.bus)
+
+    memo.scheduler = Scheduler(run, settle_s=config.settle_s, after=after)
+    if memo.bus:
+        memo.bus.request(config.bus.namespace)
+    memo.resync = asyncio.create_task(_resync([memo.scheduler, *([memo.bus] if memo.bus else [])], config.resync_s))
+
+
+def bus_scheduler(kube: Client, config: settings.OperatorSettings) -> Scheduler | None:
+    """The scheduler of the cluster-wide bus step, keyed by the bus namespace; None unless a managed bus is used."""
+    if config.bus.mode != "managed" or config.gateway.replicas <= 1:
+        return None
+
+    def run(_: str) -> Awaitable[reconcile.Outcome]:
+        return bus_reconcile.reconcile(kube, config.bus, config.watch_namespaces)
+
+    return Scheduler(run, settle_s=config.settle_s, controller=metrics.BUS_CONTROLLER)
+
+
+def follow_bus_accounts(bus_runs: Scheduler, key: str) -> After:
+    """After a namespace pass: run the bus step if the namespace gained or lost its bus credentials.
+
+    A namespace's first pass counts as a change: the operator may have restarted since the last bus step.
+    """
+
+    def after(_: str, previous: reconcile.Outcome | None, outcome: reconcile.Outcome) -> None:
+        if previous is None or previous.bus_account != outcome.bus_account:
+            bus_runs.request(key)
+
+    return after
 
 
 @kopf.on.cleanup()
@@ -83,14 +119,17 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     with contextlib.suppress(asyncio.CancelledError):
         await memo.resync
     await memo.scheduler.close()
+    if memo.bus:
+        await memo.bus.close()
     await memo.kube.close()
 
 
-async def _resync(scheduler: Scheduler, every_s: float) -> None:
+async def _resync(schedulers: list[Scheduler], every_s: float) -> None:
     while True:
         await asyncio.sleep(every_s)
-        for namespace in scheduler.known():
-            scheduler.request(namespace)
+        for scheduler in schedulers:
+            for key in scheduler.known():
+                scheduler.request(key)
 
 
 @kopf.on.event("mcpg.dev", "v1alpha1", "resourcewatches")
@@ -111,10 +150,11 @@ def reacts_to_secret(labels: Mapping[str, str]) -> bool:
     Only the operator's own output is skipped, and only by a label value nobody else sets: a user's Secret may well
     carry `app.kubernetes.io/managed-by` (Helm sets it), and must still be reacted to. Of the operator's own
     Secrets, the configuration Secrets are pure output, but a rotation-state Secret is an input: if one is lost or
-    edited, the next reconcile must see it at once, not at the next resync.
+    edited, the next reconcile must see it at once, not at the next resync. So are bus credentials: the managed
+    bus lists an account for each.
     """
     ours = labels.get(MANAGED_BY) == OPERATOR
-    return not ours or tokens.STATE_LABEL in labels
+    return not ours or tokens.STATE_LABEL in labels or bus.CREDENTIALS_LABEL in labels
 
 
 def _secret_may_matter(labels: Mapping[str, str], **_: Any) -> bool:
@@ -123,11 +163,22 @@ def _secret_may_matter(labels: Mapping[str, str], **_: Any) -> bool:
 
 
 @kopf.on.event("", "v1", "secrets", when=_secret_may_matter)
-async def secret_event(namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
-    # A user's Secret (a webhook token, a header value, a database URL) or a rotation state changed. Only
-    # namespaces that already have mcpg objects are reconciled; the others are not ours to touch.
-    if namespace and namespace in memo.scheduler.known():
-        memo.scheduler.request(namespace)
+async def secret_event(namespace: str | None, labels: Mapping[str, str], memo: kopf.Memo, **_: Any) -> None:
+    secret_changed(namespace, labels, memo.scheduler, memo.bus)
+
+
+def secret_changed(
+    namespace: str | None, labels: Mapping[str, str], namespaces: Scheduler, bus_runs: Scheduler | None
+) -> None:
+    """What a Secret event asks for (a Secret that may matter: `reacts_to_secret`)."""
+    # A user's Secret (a webhook token, a header value, a database URL), a rotation state or bus credentials
+    # changed. Only namespaces that already have mcpg objects are reconciled; the others are not ours to touch.
+    if namespace and namespace in namespaces.known():
+        namespaces.request(namespace)
+    # Bus credentials came, went or were edited: the managed server's accounts follow.
+    if bus_runs is not None and bus.CREDENTIALS_LABEL in labels:
+        for key in bus_runs.known():
+            bus_runs.request(key)
 
 
 @kopf.on.event("apps", "v1", "deployments", labels={MANAGED_BY: OPERATOR})

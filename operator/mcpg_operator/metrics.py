@@ -33,7 +33,10 @@ from mcpg_operator import conditions, decision, observed
 from mcpg_operator import writes as w
 
 CONTROLLER = "gateway"
-"""The one controller: it reconciles a namespace's ResourceWatches and WebhookTokens into its gateway."""
+"""The controller that reconciles a namespace's ResourceWatches and WebhookTokens into its gateway."""
+BUS_CONTROLLER = "bus"
+"""The controller that keeps the managed NATS server's accounts in step with the gateway namespaces (it runs only
+when there is a managed bus, and its series exist only then)."""
 RESULTS = ("success", "error", "requeue", "requeue_after")
 """controller-runtime's reconcile results: done; failed (retried with backoff); run again now; run again later."""
 TOKEN_PHASES = ("Pending", "Rolling", "Retiring", "Ready", "Unused", "Error")
@@ -206,20 +209,24 @@ class Metrics:
 
     def _initialise(self) -> None:
         # Every series exists from the start at 0, as controller-runtime does, so rate() sees the first event.
-        for result in RESULTS:
-            self.reconcile_total.labels(CONTROLLER, result)
-        self.reconcile_errors.labels(CONTROLLER)
-        self.reconcile_time.labels(CONTROLLER)
-        self.active_workers.labels(CONTROLLER).set(0)
+        self.controller(CONTROLLER)
         for transition in TRANSITIONS.values():
             self.transitions.labels(transition)
 
-    def reconciled(self, result: str, seconds: float) -> None:
-        """One reconcile of the gateway controller ended with `result` (one of RESULTS) after `seconds`."""
-        self.reconcile_total.labels(CONTROLLER, result).inc()
+    def controller(self, name: str) -> None:
+        """Create the reconcile series of controller `name` at 0 (its scheduler does, when it is created)."""
+        for result in RESULTS:
+            self.reconcile_total.labels(name, result)
+        self.reconcile_errors.labels(name)
+        self.reconcile_time.labels(name)
+        self.active_workers.labels(name)  # a new child starts at 0; never reset one that is counting
+
+    def reconciled(self, result: str, seconds: float, controller: str = CONTROLLER) -> None:
+        """One reconcile of `controller` ended with `result` (one of RESULTS) after `seconds`."""
+        self.reconcile_total.labels(controller, result).inc()
         if result == "error":
-            self.reconcile_errors.labels(CONTROLLER).inc()
-        self.reconcile_time.labels(CONTROLLER).observe(seconds)
+            self.reconcile_errors.labels(controller).inc()
+        self.reconcile_time.labels(controller).observe(seconds)
 
     def namespace_pass(self, namespace: str, figures: Facts, now: float) -> None:
         """Record what a pass of `namespace` found and did; `now` is a monotonic clock."""

@@ -9,7 +9,7 @@ gateway, and a ReplicaSet from before keeps exactly the configuration its pods s
 from __future__ import annotations
 
 import base64
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import yaml
@@ -110,13 +110,25 @@ def service(namespace: str, owners: list[dict[str, Any]], defaults: GatewayDefau
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": _meta(NAME, namespace, owners),
-        "spec": {"type": d.service_type, "selector": dict(SELECTOR), "ports": ports},
+        "spec": {
+            "type": d.service_type,
+            "selector": dict(SELECTOR),
+            "ports": ports,
+            # A handshake-era MCP session lives in the one process that opened it: with several replicas, a
+            # client keeps reaching the same pod. Stated even when off, so going back to one replica resets it.
+            "sessionAffinity": "ClientIP" if d.replicas > 1 else "None",
+        },
     }
 
 
 def deployment(
-    namespace: str, config_hash: str, defaults: GatewayDefaults, owners: list[dict[str, Any]]
+    namespace: str,
+    config_hash: str,
+    defaults: GatewayDefaults,
+    owners: list[dict[str, Any]],
+    extra_env: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
+    """The gateway Deployment; `extra_env`: more of the container's environment (the bus's, `bus.pod_env`)."""
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -128,12 +140,14 @@ def deployment(
             # A pod is only replaced once its successor is Ready: webhook senders always reach a pod that
             # knows every token not yet retired.
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
-            "template": _pod_template(config_hash, defaults),
+            "template": _pod_template(config_hash, defaults, extra_env),
         },
     }
 
 
-def _pod_template(config_hash: str, defaults: GatewayDefaults) -> dict[str, Any]:
+def _pod_template(
+    config_hash: str, defaults: GatewayDefaults, extra_env: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
     return {
         "metadata": {
             "labels": {**MANAGED, **SELECTOR},
@@ -150,7 +164,7 @@ def _pod_template(config_hash: str, defaults: GatewayDefaults) -> dict[str, Any]
                 "seccompProfile": {"type": "RuntimeDefault"},
             },
             "terminationGracePeriodSeconds": GRACE_S,
-            "containers": [_container(defaults)],
+            "containers": [_container(defaults, extra_env)],
             "volumes": [
                 {"name": "config", "secret": {"secretName": config_secret_name(config_hash), "defaultMode": 0o440}},
                 {"name": "tmp", "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}},
@@ -159,7 +173,7 @@ def _pod_template(config_hash: str, defaults: GatewayDefaults) -> dict[str, Any]
     }
 
 
-def _container(defaults: GatewayDefaults) -> dict[str, Any]:
+def _container(defaults: GatewayDefaults, extra_env: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     env: list[dict[str, Any]] = [{"name": "MCPG_LOG_FORMAT", "value": defaults.log_format}]
     if defaults.admin_token_secret:
         env.append(
@@ -168,6 +182,7 @@ def _container(defaults: GatewayDefaults) -> dict[str, Any]:
                 "valueFrom": {"secretKeyRef": {"name": defaults.admin_token_secret, "key": "token", "optional": True}},
             }
         )
+    env += [dict(var) for var in extra_env]
     probe = {"periodSeconds": 5, "timeoutSeconds": 2, "failureThreshold": 3}
     # Readiness is probed more often: a new pod takes a second or two to serve, and every rollout (a rotation
     # is two) waits for each new pod's first passing probe. /readyz is a constant-time answer.

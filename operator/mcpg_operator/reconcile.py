@@ -12,9 +12,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mcpg_operator import decision, metrics, read, write
+from mcpg_operator import bus, decision, metrics, read, write
 from mcpg_operator.kube import Client
-from mcpg_operator.settings import GatewayDefaults
+from mcpg_operator.settings import BusSettings, GatewayDefaults
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +28,8 @@ class Outcome:
     """Reconcile again right away: this pass wrote something (a generated Secret) the next one must read."""
     facts: metrics.Facts | None = None
     """What the pass found and did, as the metrics count it (recorded by the scheduler, which times the pass)."""
+    bus_account: bool = False
+    """The namespace holds managed bus credentials after this pass: when this changes, the bus must follow."""
 
 
 def new_token() -> str:
@@ -40,10 +42,13 @@ async def reconcile(
     defaults: GatewayDefaults,
     clock: Callable[[], float] = time.time,
     token: Callable[[], str] = new_token,
+    bus_settings: BusSettings | None = None,
 ) -> Outcome:
+    """One pass over `namespace`. `bus_settings`: where a bus comes from (None: gateway replicas never share one)."""
     snapshot = await read.read(kube, namespace)
     now = clock()
-    decided = decision.decide(snapshot, defaults, now, token)
+    wiring = bus.wiring(bus_settings, namespace, defaults.replicas)
+    decided = decision.decide(snapshot, defaults, now, token, wiring)
     refusals = await write.execute(kube, namespace, decided.writes)
     if refusals:  # report each on its object; the rest of the namespace was written as decided
         await write.execute(kube, namespace, decision.report(snapshot, refusals, now))
@@ -54,4 +59,5 @@ async def reconcile(
         next_check_s=decided.next_check_s,
         rerun=decided.rerun and not refusals,
         facts=metrics.facts(snapshot, decided),
+        bus_account=decided.bus_account,
     )

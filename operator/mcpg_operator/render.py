@@ -4,7 +4,8 @@ Each ResourceWatch gets a verdict: served, or left out with a reason (invalid sp
 URI or resource name another ResourceWatch already holds, no room left in the configuration Secret). Conflicts
 go to the later ResourceWatch (by creation time, then name), so the gateway never receives a collision. Each
 entry, and then the whole configuration, is put to the gateway's own start-up check (`contract.check`, with
-the plugin kinds its image installs): the contract is checked here, not discovered when a pod crash-loops.
+the plugin kinds its image installs): the contract is checked here, not discovered when a pod crash-loops. With
+gateway replicas sharing a bus, the `gateway.bus` block (`bus.gateway_block`) goes into every configuration.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ import yaml
 from pydantic import ValidationError
 
 from mcpg_gateway.contract import check, config
+from mcpg_operator import bus, models, objects, observed, rotation
 from mcpg_operator import conditions as c
-from mcpg_operator import models, objects, observed, rotation
 from mcpg_operator.observed import SecretData
 from mcpg_operator.settings import GatewayDefaults
 
@@ -76,26 +77,53 @@ AUTH_SECRET, AUTH_KEY = "mcpg-gateway-auth", "auth.yaml"
 
 
 def plan(
-    watches: Sequence[observed.Watch], tokens: TokenStates, secrets: SecretData, defaults: GatewayDefaults
+    watches: Sequence[observed.Watch],
+    tokens: TokenStates,
+    secrets: SecretData,
+    defaults: GatewayDefaults,
+    wiring: bus.Wiring | None = None,
 ) -> Plan:
     """Every watch's verdict, and the configuration of those served: one the gateway would start on.
 
     Each watch is rendered alone first (in creation order, so conflicts go to the later one); then the whole
     configuration is asked the gateway's start-up question, and its size is held under the Secret limit. A
     watch the gateway would refuse is left out with the reason, never rendered, so it cannot stop the others.
+    `wiring`: the namespace's bus, if its gateway replicas share one.
     """
     auth, auth_problem = _auth(secrets)
+    section = _Section(defaults, auth, wiring)
     rendered = _Rendered()
     claims = _Claims()
     for rw in sorted(watches, key=lambda w: (w.id.created, w.name)):
-        rendered.verdicts[rw.name], kind, entry = _isolated(rw, tokens, secrets, defaults, claims)
+        rendered.verdicts[rw.name], kind, entry = _isolated(rw, tokens, secrets, section, claims)
         if entry is not None:
             rendered.add(rw.name, kind, entry)
-    _refuse_what_the_gateway_would(rendered, defaults, auth)
-    _refuse_what_does_not_fit(rendered, defaults, auth)
+    _refuse_what_the_gateway_would(rendered, section)
+    _refuse_what_does_not_fit(rendered, section)
     if auth_problem:
         rendered.mark_served(lambda v: Verdict(False, c.INVALID_AUTH, auth_problem, False, v.strategy, v.uri))
-    return Plan(rendered.config(defaults, auth), rendered.verdicts)
+    return Plan(rendered.config(section), rendered.verdicts)
+
+
+@dataclass(frozen=True, slots=True)
+class _Section:
+    """What the `gateway` section is rendered from: the operator's defaults, the namespace's auth block and bus."""
+
+    defaults: GatewayDefaults
+    auth: dict[str, Any] | None = None
+    wiring: bus.Wiring | None = None
+
+    def config(self, entries: dict[str, list[dict[str, Any]]], checked: bool = False) -> dict[str, Any]:
+        """The whole configuration; `checked`: as the start-up check is asked about it (see `bus.checked_block`)."""
+        block = None
+        if self.wiring is not None:
+            block = bus.checked_block(self.wiring) if checked else bus.gateway_block(self.wiring)
+        return _gateway_config(entries, self.defaults, self.auth, block)
+
+    def problems(self, entries: dict[str, list[dict[str, Any]]]) -> list[check.Problem]:
+        """The gateway's start-up check, with no environment: a watch naming any variable is refused."""
+        raw = self.config(entries, checked=True)
+        return check.problems(raw, environ={}, plugin_kinds=self.defaults.plugin_kinds)
 
 
 @dataclass
@@ -109,11 +137,14 @@ class _Rendered:
     def add(self, watch: str, kind: str, entry: dict[str, Any]) -> None:
         self.entries.append((watch, kind, entry))
 
-    def config(self, defaults: GatewayDefaults, auth: dict[str, Any] | None) -> dict[str, Any]:
-        by_kind: dict[str, list[dict[str, Any]]] = {"resources": [], "resource_templates": []}
+    def by_kind(self) -> dict[str, list[dict[str, Any]]]:
+        out: dict[str, list[dict[str, Any]]] = {"resources": [], "resource_templates": []}
         for _, kind, entry in self.entries:
-            by_kind[kind].append(entry)
-        return _gateway_config(by_kind, defaults, auth)
+            out[kind].append(entry)
+        return out
+
+    def config(self, section: _Section) -> dict[str, Any]:
+        return section.config(self.by_kind())
 
     def watch_at(self, kind: str, index: int) -> str | None:
         """The watch whose entry is `kind[index]` in `config()`."""
@@ -143,13 +174,13 @@ class _Claims:
 _ENTRY_PATH = re.compile(r"^mcp\.capabilities\.(resources|resource_templates)\[(\d+)\]\.?(.*)$")
 
 
-def _refuse_what_the_gateway_would(rendered: _Rendered, defaults: GatewayDefaults, auth: dict[str, Any] | None) -> None:
+def _refuse_what_the_gateway_would(rendered: _Rendered, section: _Section) -> None:
     """Ask the gateway's own start-up check about the whole configuration; leave out each watch it names.
 
     Rules that relate entries to each other (and the plugins the gateway image has) can only be checked here.
     Each round removes at least one entry, so this ends.
     """
-    while problems := check.problems(rendered.config(defaults, auth), environ={}, plugin_kinds=defaults.plugin_kinds):
+    while problems := section.problems(rendered.by_kind()):
         at_fault: dict[str, list[str]] = {}
         for problem in problems:
             match = _ENTRY_PATH.match(problem.path)
@@ -163,7 +194,7 @@ def _refuse_what_the_gateway_would(rendered: _Rendered, defaults: GatewayDefault
             rendered.refuse(watch, c.INVALID_SPEC, "; ".join(messages))
 
 
-def _refuse_what_does_not_fit(rendered: _Rendered, defaults: GatewayDefaults, auth: dict[str, Any] | None) -> None:
+def _refuse_what_does_not_fit(rendered: _Rendered, section: _Section) -> None:
     """Keep the configuration within one Secret: first come, first served, like every other claim.
 
     Watches are taken in creation order and each one that would push the configuration over the limit is left
@@ -171,21 +202,21 @@ def _refuse_what_does_not_fit(rendered: _Rendered, defaults: GatewayDefaults, au
     the final size is measured exactly, and if the estimate was short, the latest watches go until it fits.
     """
     limit = objects.SECRET_SIZE_LIMIT
-    if _size(rendered, defaults, auth) <= limit:
+    if _size(rendered, section) <= limit:
         return
-    used = len(objects.config_text(_gateway_config({}, defaults, auth)).encode())
+    used = len(objects.config_text(section.config({})).encode())
     for watch, _, entry in list(rendered.entries):
         cost = _entry_size(entry)
         if used + cost > limit:
             rendered.refuse(watch, c.CONFIG_TOO_LARGE, _too_large(used + cost, limit))
         else:
             used += cost
-    while rendered.entries and (size := _size(rendered, defaults, auth)) > limit:
+    while rendered.entries and (size := _size(rendered, section)) > limit:
         rendered.refuse(rendered.entries[-1][0], c.CONFIG_TOO_LARGE, _too_large(size, limit))
 
 
-def _size(rendered: _Rendered, defaults: GatewayDefaults, auth: dict[str, Any] | None) -> int:
-    return len(objects.config_text(rendered.config(defaults, auth)).encode())
+def _size(rendered: _Rendered, section: _Section) -> int:
+    return len(objects.config_text(rendered.config(section)).encode())
 
 
 def _entry_size(entry: dict[str, Any]) -> int:
@@ -243,11 +274,11 @@ def _auth(secrets: SecretData) -> tuple[dict[str, Any] | None, str | None]:
 
 
 def _isolated(
-    rw: observed.Watch, tokens: TokenStates, secrets: SecretData, defaults: GatewayDefaults, claims: _Claims
+    rw: observed.Watch, tokens: TokenStates, secrets: SecretData, section: _Section, claims: _Claims
 ) -> tuple[Verdict, str, dict[str, Any] | None]:
     """`_one`, behind an isolation boundary: a watch the renderer cannot handle is left out, never the namespace."""
     try:
-        return _one(rw, tokens, secrets, defaults, claims)
+        return _one(rw, tokens, secrets, section, claims)
     except Exception as e:  # a bug here must cost one watch, not every watch of the namespace
         # The frames, not the exception's text: it may quote a value resolved from a Secret.
         where = "".join(traceback.format_tb(e.__traceback__))
@@ -257,7 +288,7 @@ def _isolated(
 
 
 def _one(
-    rw: observed.Watch, tokens: TokenStates, secrets: SecretData, defaults: GatewayDefaults, claims: _Claims
+    rw: observed.Watch, tokens: TokenStates, secrets: SecretData, section: _Section, claims: _Claims
 ) -> tuple[Verdict, str, dict[str, Any] | None]:
     try:
         spec = models.ResourceWatchSpec.model_validate(rw.spec)
@@ -274,7 +305,7 @@ def _one(
         entry = _entry(rw.name, spec, watch, tokens, secrets)
     except Unresolved as e:
         return refused(e.reason, e.message)
-    problems = _contract_problems(kind, entry, defaults)
+    problems = _contract_problems(kind, entry, section)
     if problems:
         return refused(c.INVALID_SPEC, "; ".join(problems), stalled=True)
     if spec.address in claims.uris:
@@ -372,14 +403,14 @@ def _tokens_of(entry: Mapping[str, Any]) -> list[str]:
     return [strategy["token"], *strategy["previous_tokens"]]
 
 
-def _contract_problems(kind: str, entry: dict[str, Any], defaults: GatewayDefaults) -> list[str]:
+def _contract_problems(kind: str, entry: dict[str, Any], section: _Section) -> list[str]:
     # The gateway's own check, on this entry alone (with the gateway section it will get, for the NATS server).
-    # No environment: the operator resolves every secret itself, so a ${env.X} left in a field is an error.
-    # The CEL is compiled too: a bad expression must never reach a gateway pod. The plugin kinds are the ones
-    # the operator is told the gateway image installs.
-    raw = _gateway_config({kind: [entry]}, defaults, None)
+    # No environment: the operator resolves every secret itself, so a ${env.X} left in a field is an error (and
+    # no entry can read the bus credentials from the pod's environment). The CEL is compiled too: a bad
+    # expression must never reach a gateway pod. The plugin kinds are the ones the gateway image installs.
+    alone = _Section(section.defaults, None, section.wiring)
     prefix = f"mcp.capabilities.{kind}[0]."
-    return [str(p).removeprefix(prefix) for p in check.problems(raw, environ={}, plugin_kinds=defaults.plugin_kinds)]
+    return [str(p).removeprefix(prefix) for p in alone.problems({kind: [entry]})]
 
 
 def _first_errors(e: ValidationError, limit: int = 3) -> str:
@@ -391,11 +422,16 @@ def _first_errors(e: ValidationError, limit: int = 3) -> str:
 
 
 def _gateway_config(
-    entries: dict[str, list[dict[str, Any]]], defaults: GatewayDefaults, auth: dict[str, Any] | None
+    entries: dict[str, list[dict[str, Any]]],
+    defaults: GatewayDefaults,
+    auth: dict[str, Any] | None,
+    bus_block: dict[str, Any] | None,
 ) -> dict[str, Any]:
     gateway: dict[str, Any] = {"server": {"allowed_origins": list(defaults.allowed_origins)}}
     if auth is not None:
         gateway["auth"] = auth
     if defaults.nats_url:
         gateway["nats"] = {"url": defaults.nats_url}
+    if bus_block is not None:
+        gateway["bus"] = bus_block
     return {"mcp": {"capabilities": entries}, "gateway": gateway}

@@ -5,7 +5,9 @@ Each run waits a short settle time first, so a burst (a `kubectl apply` of many 
 configuration and one rollout instead of a rollout per object. Failed runs are retried with backoff; a run that
 asks to be woken later (a grace period) is scheduled, and one that asks for a rerun (it created something the
 next run must read back) runs again at once. Each run is counted and timed here, as controller-runtime counts a
-reconcile (`metrics`), and what the run found is handed to the metrics.
+reconcile (`metrics`), and what the run found is handed to the metrics. An `after` callback sees each run's
+outcome beside the one before, so one controller can ask another to follow (the managed bus follows the
+namespaces that gained or lost bus credentials).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from mcpg_operator.reconcile import Outcome
 logger = logging.getLogger(__name__)
 
 Run = Callable[[str], Awaitable[Outcome]]
+After = Callable[[str, Outcome | None, Outcome], None]
+"""(key, the outcome of its previous successful run or None, the outcome of the run that just succeeded)."""
 BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)
 
 
@@ -37,10 +41,20 @@ class _Namespace:
 
 
 class Scheduler:
-    def __init__(self, run: Run, settle_s: float = 0.0, recorder: metrics.Metrics = metrics.METRICS) -> None:
+    def __init__(
+        self,
+        run: Run,
+        settle_s: float = 0.0,
+        recorder: metrics.Metrics = metrics.METRICS,
+        controller: str = metrics.CONTROLLER,
+        after: After | None = None,
+    ) -> None:
         self._run = run
         self._settle_s = settle_s
         self._metrics = recorder
+        self._controller = controller
+        self._after = after
+        recorder.controller(controller)
         self._namespaces: dict[str, _Namespace] = {}
 
     def known(self) -> list[str]:
@@ -69,6 +83,7 @@ class Scheduler:
             if self._settle_s:
                 await asyncio.sleep(self._settle_s)  # events arriving meanwhile join this run
             ns.dirty = False
+            previous = ns.last
             try:
                 ns.last = await self._measured(namespace)
             except asyncio.CancelledError:
@@ -81,6 +96,8 @@ class Scheduler:
                 self._failed(namespace, ns, e)
                 return
             ns.failures = 0
+            if self._after is not None:
+                self._after(namespace, previous, ns.last)
             ns.dirty = ns.dirty or ns.last.rerun
             if ns.last.next_check_s is not None:
                 self._later(namespace, ns, ns.last.next_check_s + 0.05)
@@ -88,7 +105,7 @@ class Scheduler:
 
     async def _measured(self, namespace: str) -> Outcome:
         """One run, counted, timed and shown as work in flight; what it found goes to the metrics."""
-        gauge, started = self._metrics.active_workers.labels(metrics.CONTROLLER), time.monotonic()
+        gauge, started = self._metrics.active_workers.labels(self._controller), time.monotonic()
         gauge.inc()
         result: str | None = "error"
         try:
@@ -107,7 +124,7 @@ class Scheduler:
         finally:
             gauge.dec()
             if result is not None:
-                self._metrics.reconciled(result, time.monotonic() - started)
+                self._metrics.reconciled(result, time.monotonic() - started, self._controller)
 
     def _failed(self, namespace: str, ns: _Namespace, error: Exception) -> None:
         delay = BACKOFF_S[min(ns.failures, len(BACKOFF_S) - 1)]

@@ -13,6 +13,7 @@ import os
 import re
 import secrets
 import socket
+import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -72,6 +73,31 @@ class LeaderElection:
     """`MCPG_LEADER_ELECTION_RETRY_PERIOD_SECONDS`: how often every candidate tries to acquire or renew."""
 
 
+BusMode = Literal["managed", "external"]
+BUS_MODES: tuple[BusMode, ...] = ("managed", "external")
+
+
+@dataclass(frozen=True, slots=True)
+class BusSettings:
+    """Where the NATS bus comes from when a namespace runs more than one gateway replicas (`MCPG_BUS_*`).
+
+    `managed`: the operator runs one NATS server (JetStream) in `namespace`, with an account per gateway namespace.
+    `external`: the user's server at `url`; each gateway namespace holds the Secret `credentials_secret` (keys
+    `user` and `password`). With one gateway replica per namespace no bus is used, whatever is set here.
+    """
+
+    mode: BusMode = "managed"
+    """`MCPG_BUS_MODE`."""
+    namespace: str = ""
+    """`MCPG_BUS_NAMESPACE`, else `POD_NAMESPACE`: where the managed server runs (needed in managed mode only)."""
+    image: str = "nats:2.11-alpine"
+    """`MCPG_BUS_IMAGE`: the managed server's image (the official one: `nats-server` with JetStream)."""
+    url: str = ""
+    """`MCPG_BUS_URL` (external mode): `nats://host:port` or `tls://host:port`, never with credentials in it."""
+    credentials_secret: str = ""
+    """`MCPG_BUS_CREDENTIALS_SECRET` (external mode): the Secret each gateway namespace holds for the bus."""
+
+
 @dataclass(frozen=True, slots=True)
 class OperatorSettings:
     resync_s: float = 30.0
@@ -82,6 +108,7 @@ class OperatorSettings:
     """`MCPG_WATCH_NAMESPACES`, comma-separated; empty means every namespace."""
     gateway: GatewayDefaults = field(default_factory=GatewayDefaults)
     leader_election: LeaderElection = field(default_factory=LeaderElection)
+    bus: BusSettings = field(default_factory=BusSettings)
 
 
 _JSON_FIELDS = frozenset(
@@ -97,10 +124,11 @@ def load(env: Mapping[str, str] | None = None) -> OperatorSettings:
     settle = _seconds(env, "MCPG_SETTLE_SECONDS", 0.5, lambda v: v >= 0, "a number of seconds, 0 or more", problems)
     gateway = _gateway_defaults(env, problems)
     election = _leader_election(env, problems)
+    bus = _bus(env, gateway.replicas if gateway else 1, problems)
     if problems or gateway is None:
         raise SettingsError("; ".join(problems))
     namespaces = tuple(ns.strip() for ns in env.get("MCPG_WATCH_NAMESPACES", "").split(",") if ns.strip())
-    return OperatorSettings(resync, settle, namespaces, gateway, election)
+    return OperatorSettings(resync, settle, namespaces, gateway, election, bus)
 
 
 def _seconds(
@@ -177,5 +205,79 @@ def _election_namespace(env: Mapping[str, str], enabled: bool, problems: list[st
             f"POD_NAMESPACE), or run a single replica with {_ELECTION}ENABLED=false"
         )
     elif namespace and not _DNS_LABEL.fullmatch(namespace):
-        problems.append(f"{var}: must be a namespace name, got {namespace[:80]!r}")
+        problem = f"{var}: must be a namespace name, got {namespace[:80]!r}"
+        if problem not in problems:  # POD_NAMESPACE may have been named for the Lease already
+            problems.append(problem)
+    return namespace
+
+
+_BUS = "MCPG_BUS_"
+
+
+def _bus(env: Mapping[str, str], replicas: int, problems: list[str]) -> BusSettings:
+    """`MCPG_BUS_*`: the mode, and what that mode needs (checked even with one replica, except the namespace)."""
+    default = BusSettings()
+    mode = env.get(f"{_BUS}MODE", "").strip() or default.mode
+    image = env.get(f"{_BUS}IMAGE", "").strip() or default.image
+    url = env.get(f"{_BUS}URL", "").strip()
+    secret = env.get(f"{_BUS}CREDENTIALS_SECRET", "").strip()
+    if mode == "external":
+        _external_bus(url, secret, problems)
+        return BusSettings("external", "", image, url, secret)
+    if mode != "managed":
+        problems.append(f"{_BUS}MODE: must be one of {', '.join(BUS_MODES)}, got {mode[:80]!r}")
+        return default
+    for var, value in ((f"{_BUS}URL", url), (f"{_BUS}CREDENTIALS_SECRET", secret)):
+        if value:  # a managed bus has its own URL and credentials: this one would be silently ignored
+            problems.append(f"{var}: only used with {_BUS}MODE=external; unset it, or set the mode")
+    return BusSettings("managed", _bus_namespace(env, replicas, problems), image)
+
+
+def _external_bus(url: str, secret: str, problems: list[str]) -> None:
+    # The URL is never echoed: a mistaken one may carry a password.
+    if not url:
+        problems.append(f"{_BUS}URL: required with {_BUS}MODE=external: the nats:// or tls:// URL of your server")
+    else:
+        problem = _bus_url_problem(url)
+        if problem:
+            problems.append(f"{_BUS}URL: {problem}")
+    if not secret:
+        problems.append(
+            f"{_BUS}CREDENTIALS_SECRET: required with {_BUS}MODE=external: the name of the Secret (keys user and "
+            "password) each gateway namespace holds for the bus"
+        )
+    elif not _DNS_SUBDOMAIN.fullmatch(secret):
+        problems.append(f"{_BUS}CREDENTIALS_SECRET: must be a Secret name, got {secret[:80]!r}")
+
+
+def _bus_url_problem(url: str) -> str | None:
+    """What is wrong with an external bus URL (None if nothing), in words that never quote it."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        _ = parts.port  # raises on a port that is not a number
+    except ValueError:
+        return "not a URL; expected nats://host:port or tls://host:port"
+    if "@" in parts.netloc:
+        return (
+            f"must not carry credentials: put them in the Secret {_BUS}CREDENTIALS_SECRET names (keys user and "
+            "password); the value is not shown here"
+        )
+    if parts.scheme not in ("nats", "tls") or not parts.hostname:
+        return "expected nats://host:port or tls://host:port (the value is not shown: it may hold a credential)"
+    return None
+
+
+def _bus_namespace(env: Mapping[str, str], replicas: int, problems: list[str]) -> str:
+    # As for the Lease: the variable named for the purpose wins over the pod's own namespace.
+    var = f"{_BUS}NAMESPACE" if env.get(f"{_BUS}NAMESPACE", "").strip() else "POD_NAMESPACE"
+    namespace = env.get(var, "").strip()
+    if replicas > 1 and not namespace:
+        problems.append(
+            f"{_BUS}NAMESPACE: gateway replicas above 1 share a managed NATS server, and where it runs is unknown: "
+            f"set it or POD_NAMESPACE (the chart sets POD_NAMESPACE), or set {_BUS}MODE=external"
+        )
+    elif namespace and not _DNS_LABEL.fullmatch(namespace):
+        problem = f"{var}: must be a namespace name, got {namespace[:80]!r}"
+        if problem not in problems:  # POD_NAMESPACE may have been named for the Lease already
+            problems.append(problem)
     return namespace

@@ -41,16 +41,28 @@ def test_watching_a_list_of_namespaces_binds_the_role_in_each_and_nowhere_else(c
         ("RoleBinding", "mail"),
         ("RoleBinding", "shop"),
     ]
-    # The other binding: the leader-election Lease, in the release's own namespace only.
-    [lease] = [d for d in bindings if d["roleRef"]["kind"] == "Role"]
-    assert lease["metadata"]["namespace"] == "default"
+    # The other bindings: the leader-election Lease and the managed bus, in the release's own namespace only.
+    to_roles = {d["metadata"]["name"]: d["metadata"]["namespace"] for d in bindings if d["roleRef"]["kind"] == "Role"}
+    assert to_roles == {"t-operator-leader-election": "default", "t-operator-bus": "default"}
     [deployment] = [d for d in docs if d["kind"] == "Deployment"]
     env = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["MCPG_WATCH_NAMESPACES"] == "shop,mail"
 
 
+EXTERNAL_BUS = (
+    *("--set", "gateway.replicas=3", "--set", "gateway.bus.mode=external"),
+    *("--set", "gateway.bus.url=tls://nats.example:4222", "--set", "gateway.bus.credentialsSecret=nats-creds"),
+)
+
+
 @pytest.mark.parametrize(
-    ("values", "kinds"), [((), []), (("--set", "gateway.pluginKinds={udp_datagram}"), ["udp_datagram"])]
+    ("values", "kinds"),
+    [
+        ((), []),
+        (("--set", "gateway.pluginKinds={udp_datagram}"), ["udp_datagram"]),
+        (("--set", "gateway.replicas=3"), []),
+        (EXTERNAL_BUS, []),
+    ],
 )
 def test_the_environment_the_chart_renders_is_one_the_operator_accepts(
     control_plane: ControlPlane, values: tuple[str, ...], kinds: list[str]
@@ -84,7 +96,7 @@ def test_two_replicas_by_default_rolled_without_downtime_and_never_drained_toget
     assert probes == {"livenessProbe": ("/healthz", "metrics"), "readinessProbe": ("/readyz", "metrics")}
     [pdb] = [d for d in docs if d["kind"] == "PodDisruptionBudget"]
     assert pdb["spec"] == {"maxUnavailable": 1, "selector": deployment["spec"]["selector"]}
-    [role] = [d for d in docs if d["kind"] == "Role"]
+    [role] = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == "t-operator-leader-election"]
     assert role["rules"] == [
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "patch"]}
     ]
@@ -103,7 +115,7 @@ def test_more_than_one_replica_without_leader_election_is_refused(control_plane:
     assert "replicas above 1 need leaderElection.enabled" in result.stderr
     single = ("--set", "replicas=1", "--set", "leaderElection.enabled=false")
     docs = [d for d in yaml.safe_load_all(helm(control_plane, "template", "t", str(CHART), *single).stdout) if d]
-    assert not [d for d in docs if d["kind"] in ("Role", "PodDisruptionBudget")]
+    assert not [d for d in docs if d["kind"] == "PodDisruptionBudget" or d["metadata"]["name"].endswith("-election")]
     [deployment] = [d for d in docs if d["kind"] == "Deployment"]
     env = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert not settings.load({k: v for k, v in env.items() if v is not None}).leader_election.enabled
@@ -122,6 +134,8 @@ def test_helm_install_creates_every_object_and_uninstall_removes_them(
         ("ClusterRoleBinding", f"{release}-operator"),
         ("Role", f"{release}-operator-leader-election"),
         ("RoleBinding", f"{release}-operator-leader-election"),
+        ("Role", f"{release}-operator-bus"),
+        ("RoleBinding", f"{release}-operator-bus"),
         ("PodDisruptionBudget", f"{release}-operator"),
     }
     manifest = helm(control_plane, "get", "manifest", release, "--namespace", namespace).stdout
@@ -156,3 +170,58 @@ def test_every_rendered_object_passes_server_side_validation(
     ]
     result = control_plane.kubectl("apply", "--dry-run=server", "-f", "-", stdin=yaml.safe_dump_all(docs), check=False)
     assert result.returncode == 0, result.stderr
+
+
+def test_the_bus_settings_reach_the_operator_and_its_role_reaches_only_the_bus_objects(
+    control_plane: ControlPlane,
+) -> None:
+    out = helm(control_plane, "template", "t", str(CHART), "--namespace", "ops", *EXTERNAL_BUS).stdout
+    docs = [d for d in yaml.safe_load_all(out) if d]
+    [deployment] = [d for d in docs if d["kind"] == "Deployment"]
+    env = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert (env["MCPG_GATEWAY_REPLICAS"], env["MCPG_BUS_MODE"]) == ("3", "external")
+    assert (env["MCPG_BUS_URL"], env["MCPG_BUS_CREDENTIALS_SECRET"]) == ("tls://nats.example:4222", "nats-creds")
+    assert not [d for d in docs if d["metadata"]["name"] == "t-operator-bus"]  # external: the operator runs no NATS
+    managed = [d for d in yaml.safe_load_all(helm(control_plane, "template", "t", str(CHART)).stdout) if d]
+    [role] = [d for d in managed if d["kind"] == "Role" and d["metadata"]["name"] == "t-operator-bus"]
+    named = [r for r in role["rules"] if "resourceNames" in r]
+    assert {n for r in named for n in r["resourceNames"]} == {"mcpg-bus", "mcpg-bus-config"}
+    assert all(r["verbs"] == ["create"] for r in role["rules"] if "resourceNames" not in r)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (("--set", "gateway.bus.mode=external"), "at '/gateway/bus/url': minLength"),
+        (
+            (
+                "--set",
+                "gateway.bus.mode=external",
+                "--set",
+                "gateway.bus.credentialsSecret=c",
+                "--set",
+                "gateway.bus.url=nats://gw:hunter2@nats.example:4222",
+            ),
+            "gateway.bus.url must not carry credentials",
+        ),
+        (
+            (
+                "--set",
+                "gateway.bus.mode=external",
+                "--set",
+                "gateway.bus.credentialsSecret=c",
+                "--set",
+                "gateway.bus.url=http://hunter2.example",
+            ),
+            "expected nats://host:port or tls://host:port",
+        ),
+        (("--set", "gateway.bus.url=nats://nats.example:4222"), "only used with gateway.bus.mode=external"),
+    ],
+)
+def test_a_bad_bus_value_is_refused_without_echoing_the_url(
+    control_plane: ControlPlane, values: tuple[str, ...], message: str
+) -> None:
+    result = helm(control_plane, "template", "t", str(CHART), *values, check=False)
+    assert result.returncode != 0
+    assert message in result.stderr
+    assert "hunter2" not in result.stderr

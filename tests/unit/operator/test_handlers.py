@@ -61,6 +61,16 @@ def reaches_secret_event(raw: kopf.RawBody) -> bool:
             False,
             id="the operator's own configuration Secret",
         ),
+        pytest.param(
+            {"app.kubernetes.io/managed-by": "mcpg-operator", "mcpg.dev/bus-credentials": "true"},
+            True,
+            id="a namespace's bus credentials (the managed bus lists an account for each)",
+        ),
+        pytest.param(
+            {"app.kubernetes.io/managed-by": "mcpg-operator", "app.kubernetes.io/name": "mcpg-bus"},
+            False,
+            id="the managed bus's own configuration Secret",
+        ),
     ],
 )
 def test_secret_events_reach_the_reconcile_unless_the_secret_is_the_operators_output(

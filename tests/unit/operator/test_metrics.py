@@ -195,6 +195,24 @@ async def test_a_running_reconcile_is_an_active_worker(recorder: metrics.Metrics
     await scheduler.close()
 
 
+async def test_the_bus_step_is_counted_as_its_own_controller_whose_series_exist_only_when_it_runs(
+    recorder: metrics.Metrics,
+) -> None:
+    assert recorder.registry.get_sample_value("controller_runtime_active_workers", {"controller": "bus"}) is None
+
+    async def bus_step(key: str) -> Outcome:
+        return Outcome()
+
+    scheduler = Scheduler(bus_step, recorder=recorder, controller=metrics.BUS_CONTROLLER)
+    assert value(recorder, "controller_runtime_reconcile_total", controller="bus", result="success") == 0
+    scheduler.request("mcpg-system")
+    async with asyncio.timeout(5):
+        await scheduler.idle("mcpg-system")
+    assert value(recorder, "controller_runtime_reconcile_total", controller="bus", result="success") == 1
+    assert value(recorder, "controller_runtime_reconcile_total", controller="gateway", result="success") == 0
+    await scheduler.close()
+
+
 async def _until(check: Callable[[], object]) -> None:
     """Yield to the scheduler's tasks until `check` holds (bounded)."""
     async with asyncio.timeout(5):

@@ -110,3 +110,73 @@ def test_every_bad_variable_is_named_at_once() -> None:
         settings.load(env)
     for name in env:
         assert f"{name}:" in str(caught.value)
+
+
+# --- the bus of gateway replicas ------------------------------------------------------------------------------
+
+
+def test_by_default_the_bus_is_managed_beside_the_operator() -> None:
+    assert settings.load(POD).bus == settings.BusSettings("managed", "ops", "nats:2.11-alpine")
+    assert settings.load({**POD, "MCPG_BUS_NAMESPACE": "bus", "MCPG_BUS_IMAGE": "r/nats:2"}).bus == (
+        settings.BusSettings("managed", "bus", "r/nats:2")  # the variable named for the purpose wins
+    )
+
+
+def test_one_replica_run_by_hand_needs_no_bus_namespace() -> None:
+    loaded = settings.load({"MCPG_LEADER_ELECTION_ENABLED": "false"})
+    assert (loaded.bus.mode, loaded.bus.namespace) == ("managed", "")
+
+
+def test_an_external_bus_comes_from_the_environment() -> None:
+    env = {
+        **POD,
+        "MCPG_BUS_MODE": "external",
+        "MCPG_BUS_URL": "tls://nats.example:4222",
+        "MCPG_BUS_CREDENTIALS_SECRET": "nats-creds",
+    }
+    assert settings.load(env).bus == settings.BusSettings(
+        "external", "", "nats:2.11-alpine", "tls://nats.example:4222", "nats-creds"
+    )
+
+
+EXTERNAL = {"MCPG_BUS_MODE": "external", "MCPG_BUS_CREDENTIALS_SECRET": "nats-creds"}
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"MCPG_BUS_MODE": "embedded"}, "MCPG_BUS_MODE: must be one of managed, external, got 'embedded'"),
+        ({"MCPG_BUS_MODE": "external"}, "MCPG_BUS_URL: required with MCPG_BUS_MODE=external"),
+        (
+            {"MCPG_BUS_MODE": "external", "MCPG_BUS_URL": "nats://h:4222"},
+            "MCPG_BUS_CREDENTIALS_SECRET: required with MCPG_BUS_MODE=external",
+        ),
+        ({**EXTERNAL, "MCPG_BUS_URL": "nats://h:4222", "MCPG_BUS_CREDENTIALS_SECRET": "Creds!"}, "must be a Secret"),
+        ({"MCPG_BUS_URL": "nats://h:4222"}, "MCPG_BUS_URL: only used with MCPG_BUS_MODE=external"),
+        ({"MCPG_BUS_CREDENTIALS_SECRET": "c"}, "MCPG_BUS_CREDENTIALS_SECRET: only used with MCPG_BUS_MODE=external"),
+        (
+            {"POD_NAMESPACE": "", "MCPG_LEADER_ELECTION_NAMESPACE": "leases", "MCPG_GATEWAY_REPLICAS": "3"},
+            "MCPG_BUS_NAMESPACE: gateway replicas above 1 share a managed NATS server, and where it runs is unknown",
+        ),
+        ({"MCPG_BUS_NAMESPACE": "Bus_1"}, "MCPG_BUS_NAMESPACE: must be a namespace name"),
+    ],
+)
+def test_a_bad_bus_setting_names_the_variable(env: dict[str, str], message: str) -> None:
+    with pytest.raises(settings.SettingsError, match=message):
+        settings.load({**POD, **env})
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("nats://gateway:hunter2-secret@nats.example:4222", "must not carry credentials"),
+        ("nats://hunter2-secret@nats.example:4222", "must not carry credentials"),
+        ("http://nats.example/hunter2-secret", "expected nats://host:port or tls://host:port"),
+        ("nats://nats.example:hunter2-secret", "not a URL"),
+    ],
+)
+def test_a_bad_bus_url_is_refused_without_echoing_it(url: str, message: str) -> None:
+    with pytest.raises(settings.SettingsError, match=message) as caught:
+        settings.load({**POD, **EXTERNAL, "MCPG_BUS_URL": url})
+    assert str(caught.value).startswith("MCPG_BUS_URL: ")
+    assert "hunter2" not in str(caught.value)

@@ -1,0 +1,295 @@
+"""The NATS bus the gateway replicas of one namespace share, and the server the operator runs for it. Pure.
+
+Only a namespace whose gateway runs more than one replica gets a bus (`wiring`). Its configuration names the bus
+credentials as `${env.NAME}` (the gateway resolves those in `gateway.bus`) and its pods get them from a Secret, so
+a configuration Secret never holds one. Two modes (`settings.BusSettings`):
+
+- `managed`: one NATS server (JetStream) in the operator's namespace serves every gateway namespace, each in its
+  own NATS account. Accounts isolate subjects and JetStream entirely, so one tenant can neither read nor inject
+  another's fires or key-value entries. A namespace's password is generated once into its `mcpg-gateway-bus`
+  Secret; the server's configuration lists an account for every such Secret (`nats_config`).
+- `external`: the user's server, with the credentials Secret the user puts in each namespace. The subjects and
+  the bucket then carry the namespace, so that a shared account does not mix namespaces.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from mcpg_operator import objects
+from mcpg_operator.settings import BusSettings
+
+NAME = "mcpg-bus"
+"""The managed server's Deployment and Service."""
+CONFIG_SECRET, CONFIG_KEY = "mcpg-bus-config", "nats.conf"
+CREDENTIALS_SECRET = "mcpg-gateway-bus"  # noqa: S105 - a Secret name, not a password
+"""In each gateway namespace (managed mode): the namespace's account user and password, keys `user`, `password`."""
+USER_KEY, PASSWORD_KEY = "user", "password"
+CREDENTIALS_LABEL = "mcpg.dev/bus-credentials"
+CREDENTIALS_SELECTOR = f"{CREDENTIALS_LABEL}=true"
+"""Lists every namespace's bus credentials Secret, cluster-wide, and nothing else."""
+URL_ENV, USER_ENV, PASSWORD_ENV, INSTANCE_ENV = "MCPG_BUS_URL", "MCPG_BUS_USER", "MCPG_BUS_PASSWORD", "POD_NAME"
+CLIENT_PORT, MONITOR_PORT = 4222, 8222
+CONFIG_DIR, DATA_DIR = "/etc/nats", "/data"
+SELECTOR = {"app.kubernetes.io/name": NAME}
+LABELS = {**objects.MANAGED, **SELECTOR}
+SHARED = "mcpg"
+"""Subject prefix and bucket in a namespace's own account: nothing else lives there."""
+BUCKET_MAX = 64
+"""The gateway's limit on a bucket name."""
+
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_PASSWORD = re.compile(r"[A-Za-z0-9_-]{16,}")
+"""URL-safe tokens, as generated: nothing that could end a quoted string in nats.conf or start a `$` variable."""
+
+
+@dataclass(frozen=True, slots=True)
+class Wiring:
+    """How one namespace's gateways reach the bus."""
+
+    url: str
+    """A plain URL, no credentials: the pods get it as an environment variable."""
+    credentials: str
+    """The Secret in the namespace holding `user` and `password`."""
+    subject_prefix: str
+    bucket: str
+    managed: bool
+    """The operator generates the credentials Secret and runs the server."""
+
+
+def wiring(bus: BusSettings | None, namespace: str, replicas: int) -> Wiring | None:
+    """The bus of `namespace`'s gateway; None when it runs alone (one replica, or no bus set up at all)."""
+    if bus is None or replicas <= 1:
+        return None
+    if bus.mode == "managed":
+        return Wiring(managed_url(bus.namespace), CREDENTIALS_SECRET, SHARED, SHARED, managed=True)
+    return Wiring(bus.url, bus.credentials_secret, f"{SHARED}.{namespace}", external_bucket(namespace), managed=False)
+
+
+def managed_url(bus_namespace: str) -> str:
+    return f"nats://{NAME}.{bus_namespace}.svc:{CLIENT_PORT}"
+
+
+def external_bucket(namespace: str) -> str:
+    """`mcpg-<namespace>`; a namespace too long for the gateway's limit is cut and a digest of it appended."""
+    bucket = f"{SHARED}-{namespace}"
+    if len(bucket) <= BUCKET_MAX:
+        return bucket
+    digest = hashlib.sha256(namespace.encode()).hexdigest()[:16]
+    return f"{bucket[: BUCKET_MAX - len(digest) - 1]}-{digest}"
+
+
+def account_user(namespace: str) -> str:
+    """The NATS account of a gateway namespace (managed mode), and the one user in it."""
+    return f"{SHARED}-{namespace}"
+
+
+# --- a gateway namespace -------------------------------------------------------------------------------------
+
+
+def gateway_block(w: Wiring) -> dict[str, Any]:
+    """`gateway.bus` as rendered: the URL and credentials are the pod's environment, never the Secret's text."""
+    refs = {"url": URL_ENV, "user": USER_ENV, "password": PASSWORD_ENV}
+    return {**{k: f"${{env.{var}}}" for k, var in refs.items()}, **_naming(w)}
+
+
+def checked_block(w: Wiring) -> dict[str, Any]:
+    """`gateway.bus` as the operator asks the gateway's start-up check about it: stand-ins for the credentials.
+
+    The check runs with an empty environment on purpose (a watch entry naming any variable is refused, so no
+    entry can read the bus password from the pod's environment), so the bus block is resolved here instead.
+    """
+    return {"url": w.url, "user": "checked", "password": "checked", **_naming(w)}
+
+
+def _naming(w: Wiring) -> dict[str, str]:
+    return {"subject_prefix": w.subject_prefix, "bucket": w.bucket}
+
+
+def pod_env(w: Wiring | None) -> list[dict[str, Any]]:
+    """The gateway container's environment for the bus: URL, credentials from the Secret, an instance name."""
+    if w is None:
+        return []
+
+    def key(name: str) -> dict[str, Any]:
+        return {"secretKeyRef": {"name": w.credentials, "key": name}}
+
+    return [
+        {"name": URL_ENV, "value": w.url},
+        {"name": USER_ENV, "valueFrom": key(USER_KEY)},
+        {"name": PASSWORD_ENV, "valueFrom": key(PASSWORD_KEY)},
+        {"name": INSTANCE_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+    ]
+
+
+def credentials_secret(namespace: str, password: str, owners: list[dict[str, Any]]) -> dict[str, Any]:
+    """A namespace's account credentials (managed mode); owned like its gateway, so it goes with the last watch."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": CREDENTIALS_SECRET,
+            "namespace": namespace,
+            "labels": {**objects.MANAGED, **objects.SELECTOR, CREDENTIALS_LABEL: "true"},
+            "ownerReferences": owners,
+        },
+        "type": "Opaque",
+        "data": {USER_KEY: _b64(account_user(namespace)), PASSWORD_KEY: _b64(password)},
+    }
+
+
+# --- the managed server --------------------------------------------------------------------------------------
+
+
+def usable_password(password: str | None) -> bool:
+    """Whether a password can be written into nats.conf as it is (what the operator generates always can)."""
+    return password is not None and _PASSWORD.fullmatch(password) is not None
+
+
+def nats_config(passwords: Mapping[str, str]) -> str:
+    """nats.conf for the managed server: an account, JetStream enabled, for each gateway namespace -> password.
+
+    Ports, the store directory and JetStream itself are command-line arguments (`server_args`), not set here.
+    Values are written in double quotes and only accepted from a safe alphabet, so no namespace or password can
+    end its string and add configuration. Without any account the server would let anyone in: never run it so.
+    """
+    lines = [
+        "# Rendered by mcpg-operator from the gateway namespaces' bus Secrets; any edit is overwritten.",
+        "# One account per gateway namespace: accounts isolate subjects and JetStream entirely.",
+        "accounts {",
+    ]
+    for namespace in sorted(passwords):
+        user, password = _quoted_account(namespace, passwords[namespace])
+        lines += [
+            f"  {user}: {{",
+            "    jetstream: enabled",
+            f"    users: [{{user: {user}, password: {password}}}]",
+            "  }",
+        ]
+    return "\n".join([*lines, "}", ""])
+
+
+def _quoted_account(namespace: str, password: str) -> tuple[str, str]:
+    if not _NAMESPACE.fullmatch(namespace):
+        raise ValueError(f"not a namespace name: {namespace[:80]!r}")
+    if not usable_password(password):
+        raise ValueError(f"the bus password of namespace {namespace} is not a URL-safe token (not shown)")
+    return f'"{account_user(namespace)}"', f'"{password}"'
+
+
+def server_args() -> list[str]:
+    # As arguments, not in nats.conf: the test tier's local kubelet maps mount paths and ports in args and env only.
+    return [
+        "--config",
+        f"{CONFIG_DIR}/{CONFIG_KEY}",
+        "--jetstream",
+        "--store_dir",
+        f"{DATA_DIR}/jetstream",
+        "--port",
+        str(CLIENT_PORT),
+        "--http_port",
+        str(MONITOR_PORT),
+    ]
+
+
+def managed_objects(namespace: str, image: str, passwords: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The managed server in `namespace`: its configuration Secret, Service and Deployment, in that order."""
+    text = nats_config(passwords)
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    return [_config_secret(namespace, text), _service(namespace), _deployment(namespace, image, digest)]
+
+
+def _meta(name: str, namespace: str) -> dict[str, Any]:
+    return {"name": name, "namespace": namespace, "labels": dict(LABELS)}
+
+
+def _config_secret(namespace: str, text: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _meta(CONFIG_SECRET, namespace),
+        "type": "Opaque",
+        "data": {CONFIG_KEY: _b64(text)},
+    }
+
+
+def _service(namespace: str) -> dict[str, Any]:
+    port = {"name": "client", "port": CLIENT_PORT, "targetPort": "client", "protocol": "TCP"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(NAME, namespace),
+        "spec": {"type": "ClusterIP", "selector": dict(SELECTOR), "ports": [port]},
+    }
+
+
+def _deployment(namespace: str, image: str, config_hash: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(NAME, namespace),
+        "spec": {
+            "replicas": 1,
+            "revisionHistoryLimit": 3,
+            "selector": {"matchLabels": dict(SELECTOR)},
+            # The store is the pod's own: two servers at once would split the key-value state, so the old one
+            # stops before the new one starts (the gateways ride out the gap).
+            "strategy": {"type": "Recreate"},
+            "template": {
+                # The hash rolls the server when the accounts change: it reads its configuration only at start.
+                "metadata": {"labels": dict(LABELS), "annotations": {objects.HASH_ANNOTATION: config_hash}},
+                "spec": _pod(image),
+            },
+        },
+    }
+
+
+def _pod(image: str) -> dict[str, Any]:
+    return {
+        "automountServiceAccountToken": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": 65532,
+            "runAsGroup": 65532,
+            "fsGroup": 65532,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [_container(image)],
+        "volumes": [
+            {"name": "config", "secret": {"secretName": CONFIG_SECRET, "defaultMode": 0o440}},
+            {"name": "data", "emptyDir": {}},
+        ],
+    }
+
+
+def _container(image: str) -> dict[str, Any]:
+    ports: Sequence[tuple[str, int]] = (("client", CLIENT_PORT), ("monitor", MONITOR_PORT))
+    # Ready once JetStream is: the gateways need its key-value store, not just the subjects.
+    ready = {"path": "/healthz?js-enabled-only=true", "port": MONITOR_PORT}
+    return {
+        "name": "nats",
+        "image": image,
+        "command": ["nats-server"],
+        "args": server_args(),
+        "ports": [{"name": name, "containerPort": port, "protocol": "TCP"} for name, port in ports],
+        "readinessProbe": {"httpGet": ready, "periodSeconds": 2, "timeoutSeconds": 2, "failureThreshold": 3},
+        "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "512Mi"}},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": [
+            {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+            {"name": "data", "mountPath": DATA_DIR},
+        ],
+    }
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()

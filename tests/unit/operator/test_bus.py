@@ -1,0 +1,236 @@
+"""The bus, pure: the managed server's accounts and objects, and what a gateway gets with 1 or 3 replicas."""
+
+from __future__ import annotations
+
+import base64
+import re
+from typing import Any
+
+import pytest
+import yaml
+
+from mcpg_gateway.contract import check
+from mcpg_operator import bus, objects, observed, render
+from mcpg_operator.settings import BusSettings, GatewayDefaults
+
+MANAGED = BusSettings(namespace="mcpg-system")
+EXTERNAL = BusSettings("external", url="tls://nats.example:4222", credentials_secret="nats-creds")
+ONE, THREE = GatewayDefaults(), GatewayDefaults(replicas=3)
+PASSWORD = "Zq3-_" * 9  # what secrets.token_urlsafe gives: 43 URL-safe characters
+OWNERS = objects.owner_references([("a", "uid-a")])
+
+
+def watch(name: str = "w", **spec: Any) -> observed.Watch:
+    body = {"uri": f"x://{name}", "backend": {"http": {"url": "http://upstream/"}}, **spec}
+    return observed.watch(
+        {
+            "apiVersion": "mcpg.dev/v1alpha1",
+            "kind": "ResourceWatch",
+            "metadata": {"name": name, "namespace": "shop", "uid": f"uid-{name}"},
+            "spec": body,
+        }
+    )
+
+
+def env_of(deployment: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: e for e in container["env"]}
+
+
+# --- which namespaces get a bus ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("settings", [MANAGED, EXTERNAL, None])
+def test_one_replica_runs_alone_whatever_the_bus_settings(settings: BusSettings | None) -> None:
+    assert bus.wiring(settings, "shop", 1) is None
+
+
+def test_a_managed_bus_gives_every_namespace_the_same_url_and_its_own_account() -> None:
+    wired = bus.wiring(MANAGED, "shop", 3)
+    assert wired == bus.Wiring("nats://mcpg-bus.mcpg-system.svc:4222", "mcpg-gateway-bus", "mcpg", "mcpg", True)
+    assert bus.account_user("shop") == "mcpg-shop"
+
+
+def test_an_external_bus_keeps_namespaces_apart_by_subject_prefix_and_bucket() -> None:
+    wired = bus.wiring(EXTERNAL, "shop", 3)
+    assert wired == bus.Wiring("tls://nats.example:4222", "nats-creds", "mcpg.shop", "mcpg-shop", False)
+
+
+def test_a_long_namespace_still_gets_a_bucket_the_gateway_accepts_and_no_other_namespace_shares() -> None:
+    long_a, long_b = "a" * 62 + "b", "a" * 62 + "c"
+    buckets = {bus.external_bucket(ns) for ns in (long_a, long_b)}
+    assert len(buckets) == 2
+    assert all(len(b) <= bus.BUCKET_MAX and re.fullmatch(r"[A-Za-z0-9_-]+", b) for b in buckets)
+
+
+# --- what a gateway gets --------------------------------------------------------------------------------------
+
+
+def test_with_three_replicas_the_configuration_names_the_bus_credentials_only_as_environment_variables() -> None:
+    plan = render.plan([watch()], {}, {}, THREE, bus.wiring(MANAGED, "shop", 3))
+    assert plan.verdicts["w"].served
+    assert plan.config["gateway"]["bus"] == {
+        "url": "${env.MCPG_BUS_URL}",
+        "user": "${env.MCPG_BUS_USER}",
+        "password": "${env.MCPG_BUS_PASSWORD}",
+        "subject_prefix": "mcpg",
+        "bucket": "mcpg",
+    }
+
+
+def test_the_rendered_configuration_starts_a_gateway_given_the_pods_environment() -> None:
+    plan = render.plan([watch()], {}, {}, THREE, bus.wiring(EXTERNAL, "shop", 3))
+    environ = {"MCPG_BUS_URL": "tls://nats.example:4222", "MCPG_BUS_USER": "u", "MCPG_BUS_PASSWORD": "p"}
+    loaded = check.load(plan.config, environ=environ)
+    assert loaded.gateway.bus is not None
+    assert (loaded.gateway.bus.subject_prefix, loaded.gateway.bus.bucket) == ("mcpg.shop", "mcpg-shop")
+
+
+def test_with_one_replica_the_configuration_has_no_bus() -> None:
+    plan = render.plan([watch()], {}, {}, ONE, bus.wiring(MANAGED, "shop", 1))
+    assert "bus" not in plan.config["gateway"]
+    assert plan.config == render.plan([watch()], {}, {}, ONE).config
+
+
+def test_a_watch_cannot_read_the_bus_password_from_the_pods_environment() -> None:
+    # The pod has MCPG_BUS_PASSWORD; an entry naming it would send it upstream. Entries are checked without one.
+    sneaky = watch("sneaky", backend={"http": {"url": "http://upstream/?p=${env.MCPG_BUS_PASSWORD}"}})
+    plan = render.plan([sneaky, watch("fine")], {}, {}, THREE, bus.wiring(MANAGED, "shop", 3))
+    assert not plan.verdicts["sneaky"].served
+    assert "MCPG_BUS_PASSWORD" in plan.verdicts["sneaky"].message
+    assert plan.verdicts["fine"].served
+
+
+def test_with_three_replicas_the_pods_get_the_bus_url_credentials_from_the_secret_and_their_name() -> None:
+    wired = bus.wiring(MANAGED, "shop", 3)
+    env = env_of(objects.deployment("shop", "h" * 64, THREE, OWNERS, bus.pod_env(wired)))
+    assert env["MCPG_BUS_URL"] == {"name": "MCPG_BUS_URL", "value": "nats://mcpg-bus.mcpg-system.svc:4222"}
+    assert env["MCPG_BUS_USER"]["valueFrom"] == {"secretKeyRef": {"name": "mcpg-gateway-bus", "key": "user"}}
+    assert env["MCPG_BUS_PASSWORD"]["valueFrom"] == {"secretKeyRef": {"name": "mcpg-gateway-bus", "key": "password"}}
+    assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+
+
+def test_an_external_bus_reads_the_credentials_from_the_users_secret() -> None:
+    env = env_of(objects.deployment("shop", "h" * 64, THREE, OWNERS, bus.pod_env(bus.wiring(EXTERNAL, "shop", 3))))
+    assert env["MCPG_BUS_URL"]["value"] == "tls://nats.example:4222"
+    assert env["MCPG_BUS_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "nats-creds", "key": "password"}
+
+
+def test_with_one_replica_the_pods_environment_is_as_before() -> None:
+    assert bus.pod_env(None) == []
+    env = env_of(objects.deployment("shop", "h" * 64, ONE, OWNERS, bus.pod_env(bus.wiring(MANAGED, "shop", 1))))
+    assert set(env) == {"MCPG_LOG_FORMAT"}
+
+
+@pytest.mark.parametrize(("defaults", "affinity"), [(ONE, "None"), (THREE, "ClientIP")])
+def test_several_replicas_keep_a_client_on_one_pod(defaults: GatewayDefaults, affinity: str) -> None:
+    assert objects.service("shop", OWNERS, defaults)["spec"]["sessionAffinity"] == affinity
+
+
+def test_a_namespaces_bus_credentials_are_its_account_user_and_password_owned_like_its_gateway() -> None:
+    secret = bus.credentials_secret("shop", PASSWORD, OWNERS)
+    assert secret["metadata"]["name"] == "mcpg-gateway-bus"
+    assert secret["metadata"]["labels"]["mcpg.dev/bus-credentials"] == "true"
+    assert secret["metadata"]["ownerReferences"] == OWNERS
+    assert observed.decode(secret) == {"user": "mcpg-shop", "password": PASSWORD}
+
+
+# --- the managed server's configuration -----------------------------------------------------------------------
+
+
+def test_every_namespace_gets_an_account_with_jetstream_and_one_user() -> None:
+    text = bus.nats_config({"shop": PASSWORD, "mail": "m" * 43})
+    assert text.index('"mcpg-mail"') < text.index('"mcpg-shop"')  # sorted: the same accounts, the same text
+    assert '  "mcpg-shop": {\n    jetstream: enabled\n' in text
+    assert f'users: [{{user: "mcpg-shop", password: "{PASSWORD}"}}]' in text
+    assert text.count("jetstream: enabled") == 2
+    # Ports, the store and JetStream are arguments: the test kubelet maps paths and ports only there.
+    assert not re.search(r"^\s*(port|http_port|store_dir|listen)\s*:", text, re.MULTILINE)
+
+
+@pytest.mark.parametrize(
+    "password",
+    ['x" } users: [{user: "admin", password: "pw"}] #', "$VARIABLE_REF_0123456789", "short", "has space 0123456789ab"],
+)
+def test_a_password_that_could_change_the_configuration_is_refused_without_being_shown(password: str) -> None:
+    with pytest.raises(ValueError, match="namespace shop") as raised:
+        bus.nats_config({"shop": password})
+    assert password not in str(raised.value)
+
+
+def test_a_namespace_that_is_not_a_namespace_name_is_refused() -> None:
+    with pytest.raises(ValueError, match="not a namespace name"):
+        bus.nats_config({'shop" {': PASSWORD})
+
+
+# --- the managed server's objects -----------------------------------------------------------------------------
+
+
+def managed(passwords: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
+    found = bus.managed_objects("mcpg-system", "nats:2.11-alpine", passwords or {"shop": PASSWORD})
+    return {obj["kind"]: obj for obj in found}
+
+
+def test_the_managed_server_is_three_labelled_objects_in_the_bus_namespace() -> None:
+    found = managed()
+    assert [(o["kind"], o["metadata"]["name"]) for o in found.values()] == [
+        ("Secret", "mcpg-bus-config"),
+        ("Service", "mcpg-bus"),
+        ("Deployment", "mcpg-bus"),
+    ]
+    for obj in found.values():
+        assert obj["metadata"]["namespace"] == "mcpg-system"
+        assert obj["metadata"]["labels"]["app.kubernetes.io/name"] == "mcpg-bus"
+        assert (
+            obj["metadata"]["labels"]["app.kubernetes.io/managed-by"] == objects.MANAGED["app.kubernetes.io/managed-by"]
+        )
+
+
+def test_the_config_secret_holds_nats_conf() -> None:
+    text = base64.b64decode(managed()["Secret"]["data"]["nats.conf"]).decode()
+    assert text == bus.nats_config({"shop": PASSWORD})
+
+
+def test_the_server_runs_nats_with_jetstream_its_store_and_ports_as_arguments() -> None:
+    pod = managed()["Deployment"]["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert (container["name"], container["image"], container["command"]) == (
+        "nats",
+        "nats:2.11-alpine",
+        ["nats-server"],
+    )
+    assert container["args"] == [
+        *("--config", "/etc/nats/nats.conf", "--jetstream", "--store_dir", "/data/jetstream"),
+        *("--port", "4222", "--http_port", "8222"),
+    ]
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"client": 4222, "monitor": 8222}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/healthz?js-enabled-only=true", "port": 8222}
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert mounts == {"config": "/etc/nats", "data": "/data"}
+    assert volumes["config"]["secret"]["secretName"] == "mcpg-bus-config"
+    assert volumes["data"]["emptyDir"] == {}
+    assert pod["automountServiceAccountToken"] is False
+
+
+def test_one_server_whose_old_pod_stops_before_the_new_one_starts() -> None:
+    spec = managed()["Deployment"]["spec"]
+    assert spec["replicas"] == 1
+    assert spec["strategy"] == {"type": "Recreate"}
+
+
+def test_the_service_is_the_client_port_of_the_server() -> None:
+    spec = managed()["Service"]["spec"]
+    assert spec["selector"] == {"app.kubernetes.io/name": "mcpg-bus"}
+    assert spec["ports"] == [{"name": "client", "port": 4222, "targetPort": "client", "protocol": "TCP"}]
+
+
+def test_a_change_of_accounts_rolls_the_server_and_the_same_accounts_do_not() -> None:
+    def rolled_by(passwords: dict[str, str]) -> str:
+        annotations = managed(passwords)["Deployment"]["spec"]["template"]["metadata"]["annotations"]
+        return str(annotations[objects.HASH_ANNOTATION])
+
+    one = rolled_by({"shop": PASSWORD})
+    assert rolled_by({"shop": PASSWORD}) == one
+    assert rolled_by({"shop": PASSWORD, "mail": "m" * 43}) != one
+    assert PASSWORD not in yaml.safe_dump(managed()["Deployment"])
