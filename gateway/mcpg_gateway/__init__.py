@@ -18,8 +18,12 @@ Module map (a request's path through it, top to bottom):
     policy          read policies and notification filters, evaluated fail-closed
     reader          reading a resource through its backend binding (one pooled HTTP session)
     watchers        one watcher per subscribed URI; a fire offers the URI to each subscriber's outbox
+    bus             N gateways as one (gateway.bus): fires published once on NATS, told by every process
+    ownership       pull watches read by one gateway for all: leases, stored state, handover, self-fencing
+    buckets         the bus's key-value buckets (<bucket>-owners, <bucket>-state), created if missing
     subscribers     subscribers, their outboxes, and the one owner of their lifecycle
-    strategies/     poll, nats_topic, postgres_listen_notify, sql_polling, plugin (entry points), memory (tests)
+    strategies/     poll, nats_topic, postgres_listen_notify, sql_polling (+ sql_values, its state as text),
+                    plugin (entry points), memory (tests)
     backoff         the one retry rhythm: 1, 2, 5, 10, then every 30 s
     metrics, audit, logs, redaction, errors
     subscribe_cli   `mcpg-subscribe`: a small client that subscribes and prints each notification

@@ -2,7 +2,8 @@
 
 The admin API needs `Authorization: Bearer $MCPG_ADMIN_TOKEN`, compared in constant time; with no admin token
 configured it answers 403 and says how to enable it. Nothing here shows a secret: a webhook token appears only
-when the gateway generated it itself (the user has no other way to learn it).
+when the gateway generated it itself (the user has no other way to learn it). On a bus, each pull watch says
+whether this gateway owns it (`owner`), and /admin/v1/bus shows the bus as this gateway sees it (host:port).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ def build(gw: Gateway) -> Starlette:
             Route("/metrics", endpoint=_metrics(gw)),
             Route("/admin/v1/watches", endpoint=_admin(gw, _watches)),
             Route("/admin/v1/webhooks", endpoint=_admin(gw, _webhooks)),
+            Route("/admin/v1/bus", endpoint=_admin(gw, _bus)),
         ]
     )
 
@@ -79,6 +81,7 @@ def _watches(gw: Gateway) -> dict[str, Any]:
                 "last_successful_read": _iso(w.stats.last_success),
                 "last_failed_read": _iso(w.stats.last_failure),
                 "failed_reads": w.stats.failures,
+                "owner": gw.owner_of(w.uri),
             }
         )
     return {"watches": out}
@@ -95,4 +98,21 @@ def _webhooks(gw: Gateway) -> dict[str, Any]:
             }
             for r in gw.webhooks.routes()
         ]
+    }
+
+
+def _bus(gw: Gateway) -> dict[str, Any]:
+    """The bus as this gateway sees it (host:port only); `{"bus": null}` without one."""
+    b = gw.bus
+    if b is None:
+        return {"bus": None}
+    return {
+        "bus": {
+            "address": b.where,
+            "instance": b.instance,
+            "connected": b.connected,
+            "buckets_ready": b.buckets is not None,
+            "buckets_error": b.buckets_error,
+            "ready": not b.unready(),
+        }
     }

@@ -22,3 +22,7 @@ class ReadError(GatewayError):
 
 class StrategyError(GatewayError):
     """A watch strategy could not start or keep running."""
+
+
+class BusUnavailableError(GatewayError):
+    """A fire could not be published on the bus (not connected, or not confirmed in time)."""

@@ -4,13 +4,18 @@ Both front doors (the MCP handlers and the webhook route) and the admin API work
 is one watch registry, one subscriber set and one place that knows how to read a resource. It verifies the
 configuration with the contract's own check (`contract/check.py`) against the plugins this process has, so it
 refuses exactly what the operator would have refused before rendering.
+
+With `gateway.bus` set it is one of N gateways serving as one (`bus.py`): a change seen here is announced on the
+bus and told to this process's subscribers, a change announced elsewhere is told to them too, and pull
+watches run where their lease is (`ownership.py`). Without it, everything stays in this process.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
-from mcpg_gateway import catalog, identity, policy, reader, strategies, subscribers, watchers, webhooks
+from mcpg_gateway import bus, catalog, identity, ownership, policy, reader, strategies, subscribers, watchers, webhooks
 from mcpg_gateway.contract import check, config
 from mcpg_gateway.metrics import Metrics
 from mcpg_gateway.strategies import base, plugin
@@ -26,6 +31,10 @@ class Options:
     """The installed watch-strategy plugins; None loads them from the entry points (tests pass their own)."""
     send_timeout_s: float = 5.0
     """How long one subscriber's stream may take to accept a notification before it is dropped for it."""
+    bus_grace_s: float = bus.UNREACHABLE_GRACE_S
+    """How long the bus may be unreachable before /readyz answers 503."""
+    bus_connect_wait_s: float = bus.STARTUP_WAIT_S
+    """How long `start` waits for the bus before serving without it (and trying on)."""
 
 
 class Gateway:
@@ -43,8 +52,38 @@ class Gateway:
         self._reader = reader.HttpReader()
         self._shared = registry.open_shared(cfg)
         build = watchers.build_with(registry.build, self._read_bytes, self.options.clock, self._shared)
-        self._watches = watchers.WatchRegistry(build, self.metrics, self.options.clock, self._policies.should_tell)
+        self.bus = self._bus(cfg.gateway.bus)
+        self.owners = ownership.Owners(self.bus, self.options.clock) if self.bus is not None else None
+        """Which pull watches this gateway reads for all (on a bus)."""
+        self._watches = watchers.WatchRegistry(
+            build,
+            self.metrics,
+            self.options.clock,
+            self._policies.should_tell,
+            owned=self.owners.run if self.owners is not None else None,
+        )
         self.subscribers = subscribers.Subscribers(self.metrics.subscribers, self._watches.drop)
+
+    def _bus(self, cfg: config.BusConfig | None) -> bus.Bus | None:
+        if cfg is None:
+            return None
+        instance = bus.instance_name(cfg, os.environ)
+        return bus.Bus(cfg, instance, self.metrics.registry, self.options.bus_grace_s)
+
+    async def start(self) -> None:
+        """Connect to the bus, if there is one: waits a bounded time, then serves anyway (and keeps trying)."""
+        if self.bus is not None:
+            self.bus.receiver = self._received
+            self.bus.on_connect = self._fire_held
+            await self.bus.start(self.options.bus_connect_wait_s)
+
+    def unready_reason(self) -> str | None:
+        """Why /readyz should answer 503 now, or None when ready."""
+        if self.subscribers.closing.is_set():
+            return "shutting down"
+        if self.bus is not None and self.bus.unready():
+            return "bus unreachable"
+        return None
 
     # --- what a caller may see --------------------------------------------------------------------------------
 
@@ -78,8 +117,32 @@ class Gateway:
         self._watches.unsubscribe(uri, sub)
 
     async def fire(self, uri: str, strategy: str) -> int:
-        """Tell the subscribers of `uri` it changed (each once, as its filter allows); how many were told."""
+        """Tell this process's subscribers of `uri` it changed (each once, as its filter allows); how many."""
         return await self._watches.fire(uri, strategy)
+
+    async def announce(self, uri: str, strategy: str) -> int:
+        """A change seen here (a webhook): published on the bus for the other gateways, then told to ours.
+        Raises `BusUnavailableError` (and tells nobody) when the bus cannot take it: the sender should retry."""
+        if self.bus is not None:
+            await self.bus.publish(uri, strategy)
+        return await self._watches.fire(uri, strategy)
+
+    def owner_of(self, uri: str) -> bool | None:
+        """Whether this gateway reads `uri` for all (its lease); None without a bus or for a watch that is not pull."""
+        watcher = self._watches.get(uri)
+        if self.owners is None or watcher is None or base.as_pull(watcher.strategy) is None:
+            return None
+        return self.owners.owns(uri)
+
+    async def _received(self, uri: str) -> None:
+        watcher = self._watches.get(uri)
+        if watcher is not None:
+            await self._watches.fire(uri, watcher.strategy_type)
+
+    async def _fire_held(self) -> None:
+        # Fires published while this process was cut off never reached it: each held URI is told once.
+        for watcher in self._watches.watchers():
+            await self._watches.fire(watcher.uri, watcher.strategy_type)
 
     def running_watches(self) -> list[watchers.Watcher]:
         """The watchers running now (one per subscribed URI), for the admin API."""
@@ -94,6 +157,8 @@ class Gateway:
 
     async def aclose(self) -> None:
         self.subscribers.end_listen_streams()
-        await self._watches.close()
+        await self._watches.close()  # releases the leases of owned watches: the bus closes after
+        if self.bus is not None:
+            await self.bus.close()
         await strategies.close_shared(self._shared)
         await self._reader.close()

@@ -8,6 +8,7 @@ has no watch, or its watch cannot take a baseline.
 Every handler acts for the principal the SDK's auth context names, stored on the subscriber at subscribe or
 listen time. The read policy gates read, subscribe and each listened URI, and is checked before anything else
 about the URI, so a refusal is word for word the "unknown resource" error: it cannot reveal that a URI exists.
+A listen stream the gateway ends because it is stopping says so in its result (`END_REASON_META_KEY`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,11 @@ logger = logging.getLogger(__name__)
 
 Ctx = ServerRequestContext[Any, Any]
 _SESSION_KEY = "mcpg.subscriber"
+
+END_REASON_META_KEY = "io.mcpg/endReason"
+"""In a subscriptions/listen result's `_meta`: why the gateway ended the stream."""
+SERVER_STOPPING = "server_stopping"
+"""The gateway is stopping: listen again at once (another replica takes it) and re-read what you watch."""
 
 
 class WatchServer(Server[Any]):
@@ -137,6 +143,8 @@ class _Handlers:
             await self._drain(sub, ctx, meta, rid)
         finally:
             self.gw.subscribers.close(sub)
+        if self.gw.subscribers.closing.is_set():
+            meta = {**meta, END_REASON_META_KEY: SERVER_STOPPING}
         return types.SubscriptionsListenResult(_meta=meta)
 
     async def _drain(self, sub: Subscriber, ctx: Ctx, meta: dict[str, Any], rid: types.RequestId) -> None:

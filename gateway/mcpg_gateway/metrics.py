@@ -58,3 +58,32 @@ class Metrics:
         self.auth_failures = Counter(
             "mcpg_auth_failures_total", "/mcp requests refused with 401, by reason", ["reason"], registry=r
         )
+
+
+class BusMetrics:
+    """The bus that N gateways share (`bus.py`, `ownership.py`): registered by the bus, so only with one."""
+
+    def __init__(self, r: CollectorRegistry) -> None:
+        self.connected = Gauge("mcpg_bus_connected", "1 while connected to the bus", registry=r)
+        self.reconnects = Counter("mcpg_bus_reconnects_total", "Connections to the bus regained", registry=r)
+        self.buckets_ready = Gauge(
+            "mcpg_bus_buckets_ready", "1 once the owners and state key-value buckets are open", registry=r
+        )
+        self.fires_published = Counter(
+            "mcpg_bus_fires_published_total",
+            "Fires published on the bus, by result (ok, failed)",
+            ["result"],
+            registry=r,
+        )
+        self.fires_received = Counter(
+            "mcpg_bus_fires_received_total", "Fires received from other gateways on the bus", registry=r
+        )
+        self.owned_watches = Gauge(
+            "mcpg_bus_owned_watches", "Pull watches this gateway runs for all gateways (holds the lease of)", registry=r
+        )
+        self.lease_changes = Counter(
+            "mcpg_bus_lease_changes_total",
+            "Pull-watch lease changes, by event (acquired, released, lost, fenced)",
+            ["event"],
+            registry=r,
+        )

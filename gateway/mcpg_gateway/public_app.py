@@ -1,7 +1,8 @@
 """The public HTTP surface (port 8080): /mcp, the webhook route, and health.
 
 /mcp checks the Origin first (`origins.py`), then the bearer token (`identity.protect`: the SDK's auth
-middleware); the webhook route is gated by its token in the path, and health by nothing.
+middleware); the webhook route is gated by its token in the path, and health by nothing. /readyz answers 503
+while the gateway is stopping, and on a bus once the bus has been unreachable for longer than a short grace.
 
 The MCP session manager is not tied to a Starlette lifespan here: `servers.py` enters it around both servers,
 so a shutdown can answer listen streams first and close sessions before the HTTP servers stop.
@@ -35,7 +36,7 @@ def build(gw: Gateway, manager: StreamableHTTPSessionManager) -> ASGIApp:
     ]
 
     async def fire(uri: str) -> None:
-        await gw.fire(uri, "webhook")
+        await gw.announce(uri, "webhook")
 
     return webhooks.WebhookRoute(gw.webhooks, fire, server, gw.metrics.webhook_requests, Starlette(routes=routes))
 
@@ -46,8 +47,9 @@ async def _healthz(request: Request) -> Response:
 
 def _readyz(gw: Gateway) -> Callable[[Request], Awaitable[Response]]:
     async def readyz(request: Request) -> Response:
-        if gw.subscribers.closing.is_set():
-            return JSONResponse({"ok": False, "reason": "shutting down"}, status_code=503)
+        reason = gw.unready_reason()
+        if reason is not None:
+            return JSONResponse({"ok": False, "reason": reason}, status_code=503)
         return JSONResponse({"ok": True})
 
     return readyz

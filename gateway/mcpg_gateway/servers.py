@@ -1,7 +1,9 @@
 """The gateway's servers: both HTTP servers and the MCP session manager on one event loop, and a graceful stop.
 
 Stop order matters: answer every subscriptions/listen stream (so clients see a deliberate end, not a drop),
-stop accepting connections, close MCP sessions (which ends their GET streams), then stop the watchers.
+stop accepting connections, close MCP sessions (which ends their GET streams), then stop the watchers (which
+releases their leases on the bus) and close the bus. At start the bus is connected first, within a bound: an
+unreachable bus delays serving by a few seconds at most, never forever.
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ async def serve(
     public = _uvicorn(public_app.build(gw, manager), graceful_s=3)
     admin = _uvicorn(admin_app.build(gw), graceful_s=1)
     try:
+        await gw.start()
         async with manager.run():
             tasks = [
                 asyncio.create_task(public.serve(sockets=[public_sock])),

@@ -1,7 +1,8 @@
 """Watchers: one per subscribed concrete URI, alive exactly while something is subscribed to it.
 
 The first subscriber starts the watcher and waits for its `start` (the baseline); later subscribers join it
-and wait on the same start; the last one leaving stops it. A fire offers the URI to the outbox (never blocking)
+and wait on the same start; the last one leaving stops it. On a bus (`gateway.bus`), a pull strategy's run is
+the owned loop (`ownership.py`) instead of its own. A fire offers the URI to the outbox (never blocking)
 of every subscriber the audience hook (the watch's notification_filter) admits, so one slow or dead subscriber
 cannot delay the others, and a subscriber the filter excludes is never told.
 """
@@ -24,6 +25,9 @@ from mcpg_gateway.subscribers import Subscriber
 logger = logging.getLogger(__name__)
 
 StrategyBuilder = Callable[[catalog.Binding, base.ReadStats], base.WatchStrategy]
+OwnedRunner = Callable[[str, str, base.PullStrategy, base.Fire], Awaitable[None]]
+"""Runs a pull strategy for every gateway on a bus, while this one owns it (`ownership.Owners.run`):
+`(uri, strategy_type, pull, fire_here)`."""
 Audience = Callable[[catalog.Binding, Subscriber], bool]
 """Whether one subscriber of a fired binding is told. Must not raise: it decides for that subscriber only."""
 
@@ -61,8 +65,10 @@ class WatchRegistry:
         metrics: Metrics,
         clock: base.Clock | None = None,
         audience: Audience = tell_everyone,
+        owned: OwnedRunner | None = None,
     ) -> None:
         self._build = build
+        self._owned = owned
         self._audience = audience
         self._metrics = metrics
         self._clock = clock or base.RealClock()
@@ -181,12 +187,20 @@ class WatchRegistry:
 
         for attempt in range(1_000_000):
             try:
-                await watcher.strategy.run(fire)
+                await self._run_strategy(watcher, fire)
                 return
             except Exception:  # isolation boundary: one crashing watch must not stop the others
                 logger.exception("watch %s (%s) crashed; restarting", watcher.uri, watcher.strategy_type)
                 self._metrics.strategy_restarts.labels(watcher.strategy_type).inc()
                 await self._clock.sleep(backoff.delay_s(attempt))
+
+    async def _run_strategy(self, watcher: Watcher, fire: base.Fire) -> None:
+        # On a bus, a pull strategy runs where its lease is; fires of every other kind are this process's own.
+        pull = base.as_pull(watcher.strategy) if self._owned is not None else None
+        if self._owned is None or pull is None:
+            await watcher.strategy.run(fire)
+        else:
+            await self._owned(watcher.uri, watcher.strategy_type, pull, fire)
 
 
 def build_with(

@@ -8,6 +8,9 @@ selects.
   than the handler itself (see docs/performance-notes.md). The body is consumed up to a small bound and never
   used: only the token in the path selects the resource.
 - The watch strategy: passive. A webhook watch waits; the route fires its URI.
+
+On a bus the route announces the fire to every gateway; when the bus cannot take it the route answers 503
+(the sender retries) rather than 200 for a change only this process's subscribers would hear of.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mcpg_gateway import origins
 from mcpg_gateway.contract import config
+from mcpg_gateway.errors import BusUnavailableError
 from mcpg_gateway.strategies import base
 
 logger = logging.getLogger(__name__)
@@ -113,7 +117,7 @@ STRATEGY = base.StrategyType("webhook", WebhookWatch)
 
 
 Fire = Callable[[str], Awaitable[None]]
-"""Tell the subscribers of a URI that it changed."""
+"""Tell the subscribers of a URI that it changed; raises `BusUnavailableError` when that cannot reach them all."""
 
 
 class WebhookRoute:
@@ -126,6 +130,7 @@ class WebhookRoute:
         # Label children resolved once: a labels() lookup per request is measurable on this path.
         self.ok, self.unknown = requests.labels("ok"), requests.labels("unknown_token")
         self.forbidden, self.too_large = requests.labels("forbidden_origin"), requests.labels("too_large")
+        self.bus_unavailable = requests.labels("bus_unavailable")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not scope["path"].startswith(PREFIX):
@@ -150,7 +155,11 @@ class WebhookRoute:
         if route is None:
             self.unknown.inc()
             return 404, {"error": "unknown webhook token"}
-        await self.fire(route.uri)
+        try:
+            await self.fire(route.uri)
+        except BusUnavailableError as e:
+            self.bus_unavailable.inc()
+            return 503, {"error": f"{e}; retry later"}
         self.ok.inc()
         return 200, {"ok": True, "uri": route.uri}
 

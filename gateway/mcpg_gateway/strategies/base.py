@@ -5,6 +5,10 @@ watches share); the registry in `__init__.py` is a mapping built from those. A s
 concrete URI. `start` runs before the subscribe is answered (a poll takes its
 baseline there, so there is no blind window and a URI the backend refuses is refused up front); `run` then
 runs until cancelled and awaits `fire()` for every change it decides happened; `close` releases connections.
+
+A strategy that reads its source on a cadence also implements `PullStrategy` (one `check` at a time, and its
+last state as text), so that on a bus one gateway can own it for all (`ownership.py`) and another can take over
+from the state it left.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from mcpg_gateway import catalog
 from mcpg_gateway.contract import config
@@ -30,6 +34,41 @@ class WatchStrategy(Protocol):
 
     async def close(self) -> None:
         """Release whatever `start` or `run` acquired. Called exactly once, also after a failed start."""
+
+
+@runtime_checkable
+class PullStrategy(Protocol):
+    """A strategy that re-reads its source every `interval_s` and decides by comparing with its last state."""
+
+    @property
+    def interval_s(self) -> float: ...
+
+    async def check(self) -> bool:
+        """Read once, compare with the last state, keep the new one; True if it changed. A failed read is
+        counted and is no change (the last state stays)."""
+
+    def snapshot(self) -> str:
+        """The last state, as text that `resume` takes back exactly."""
+
+    def resume(self, state: str) -> None:
+        """Continue from `state` (another gateway's `snapshot`). Raise `ValueError` if it is not this watch's."""
+
+
+def as_pull(strategy: WatchStrategy) -> PullStrategy | None:
+    """`strategy` as a pull strategy, if it is one: itself, or what a wrapper says (`as_pull()`, see plugin.py)."""
+    if isinstance(strategy, PullStrategy):
+        return strategy
+    unwrap = getattr(strategy, "as_pull", None)
+    inner = unwrap() if callable(unwrap) else None
+    return inner if isinstance(inner, PullStrategy) else None
+
+
+async def run_pull(pull: PullStrategy, clock: Clock, fire: Fire) -> None:
+    """A pull strategy run alone: sleep, check, fire on a change; until cancelled."""
+    while True:
+        await clock.sleep(pull.interval_s)
+        if await pull.check():
+            await fire()
 
 
 class Clock(Protocol):

@@ -8,6 +8,12 @@ The plugin API. An entry point in group `mcpg.watch_strategies` names a class (a
   every other field the manifest gave (`kinds: [sms, voice]`, ...). `ctx.clock` is the clock to sleep on,
   `ctx.stats` records failed reads, `ctx.binding.uri` is the watched URI.
 
+A strategy that reads its source on a cadence should also implement `base.PullStrategy` (`interval_s`,
+`async check() -> bool`, `snapshot() -> str`, `resume(state: str)`; `run` can be `base.run_pull`). Then, when
+gateways share a bus (`gateway.bus`), one of them runs it for all, and another takes it over from its snapshot;
+a strategy that does not is run by every gateway with subscribers, each telling its own, like the push
+strategies (nats_topic, postgres_listen_notify).
+
 Raise `mcpg_gateway.errors.StrategyError` from the constructor or `start` to refuse a subscription with a
 message the client sees; any other exception refuses it with the exception's type name only. Entry points
 are loaded once when the gateway starts (never at import), and a watch naming a kind no installed plugin
@@ -121,6 +127,10 @@ class PluginWatch:
     async def run(self, fire: base.Fire) -> None:
         assert self._inner is not None, "run() only follows a successful start()"
         await self._inner.run(fire)
+
+    def as_pull(self) -> base.PullStrategy | None:
+        """The plugin's strategy, if it is a pull strategy (known once `start` built it)."""
+        return base.as_pull(self._inner) if self._inner is not None else None
 
     async def close(self) -> None:
         if self._inner is not None:

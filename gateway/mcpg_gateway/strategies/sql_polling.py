@@ -12,11 +12,15 @@ watch holds one connection: its queries run one at a time, so a pool would never
 connection is reopened at the next poll, the interval (10 s floor) being the backoff. Nothing can be missed
 while it is down, because the next read compares values, so a reconnect fires only if the value advanced.
 Connections are read-only (`default_transaction_read_only`): a tracking query never writes.
+
+A pull strategy (`base.PullStrategy`): its state is the last value (`sql_values`), tagged with a digest of the
+query, so a gateway running another query (a configuration change mid-rollout) never compares against it.
 """
 
 from __future__ import annotations
 
 import decimal
+import hashlib
 import logging
 import math
 from collections.abc import Sequence
@@ -25,7 +29,7 @@ from typing import Any
 from mcpg_gateway import redaction
 from mcpg_gateway.contract import config
 from mcpg_gateway.errors import StrategyError
-from mcpg_gateway.strategies import base, pg
+from mcpg_gateway.strategies import base, pg, sql_values
 
 logger = logging.getLogger(__name__)
 
@@ -105,23 +109,39 @@ class SqlPollingWatch:
         self._ctx.stats.succeeded()
 
     async def run(self, fire: base.Fire) -> None:
-        while True:
-            await self._ctx.clock.sleep(self._interval_s)
-            try:
-                value = await self._read()
-            except StrategyError as e:
-                self._ctx.stats.failed()
-                logger.warning("%s: poll skipped: %s", self._what, e)
-                continue
-            self._ctx.stats.succeeded()
-            moved = advanced(self._last, value)
-            self._last = value
-            if moved:
-                await fire()
+        await base.run_pull(self, self._ctx.clock, fire)
+
+    @property
+    def interval_s(self) -> float:
+        return self._interval_s
+
+    async def check(self) -> bool:
+        try:
+            value = await self._read()
+        except StrategyError as e:
+            self._ctx.stats.failed()
+            logger.warning("%s: poll skipped: %s", self._what, e)
+            return False
+        self._ctx.stats.succeeded()
+        moved = advanced(self._last, value)
+        self._last = value
+        return moved
+
+    def snapshot(self) -> str:
+        return f"{self._query_digest()}:{sql_values.encode(self._last)}"
+
+    def resume(self, state: str) -> None:
+        digest, sep, value = state.partition(":")
+        if not sep or digest != self._query_digest():
+            raise ValueError("the state of another tracking query")
+        self._last = sql_values.decode(value)
 
     async def close(self) -> None:
         conn, self._conn = self._conn, None
         await pg.discard(conn)
+
+    def _query_digest(self) -> str:
+        return hashlib.sha256(self._query.encode()).hexdigest()[:16]
 
     async def _read(self) -> Any:
         conn = await self._connection()

@@ -1,0 +1,283 @@
+"""The bus: how the N gateway processes of one deployment serve as one, over one NATS connection each.
+
+A change one process sees (a webhook POST, a pull watch it owns) is published once on
+`<prefix>.fire.<sha256(uri)[:32]>`; every other process tells its own subscribers of that URI. The publisher
+tells its own itself, and its connection is `no_echo` (the server never hands a process its own fire back),
+so each subscriber is told once. The bus also opens the key-value buckets (`buckets.py`) of pull-watch
+ownership (`ownership.py`). nats-py reconnects it, forever, about once a second; a process that was cut off may have
+missed fires, so on every connect it fires each URI it holds once, locally (`on_connect`): at worst a
+subscriber is told twice, never not at all. The bus is logged as host:port only; its credentials are
+separate settings, never in the URL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import itertools
+import json
+import logging
+import os
+import socket
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import nats.errors
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from prometheus_client import CollectorRegistry
+
+from mcpg_gateway import backoff, buckets, metrics, redaction
+from mcpg_gateway.contract import config
+from mcpg_gateway.errors import BusUnavailableError
+
+logger = logging.getLogger(__name__)
+
+STARTUP_WAIT_S = 5.0
+"""How long start-up waits for the first connection before serving anyway (webhooks answer 503 meanwhile)."""
+UNREACHABLE_GRACE_S = 5.0
+"""How long the bus may be unreachable before /readyz says so: a server restart costs a reconnect or two."""
+PUBLISH_TIMEOUT_S = 2.0
+"""A webhook waits this long for the server to confirm its fire before answering 503."""
+RECONNECT_WAIT_S = 1
+CONNECT_TIMEOUT_S = 2
+KV_TIMEOUT_S = 2.0
+HASH_HEX_CHARS = 32
+"""128 bits of SHA-256: a URI never appears in a subject or a key (it may hold `.`, `*`, `>`), its hash does."""
+
+ERRORS = (nats.errors.Error, OSError, TimeoutError)
+"""What a NATS or JetStream call raises when the server or the network fails (nats.js errors included)."""
+
+Receiver = Callable[[str], Awaitable[None]]
+"""Tell this process's subscribers of a URI another process published a fire for."""
+
+
+def uri_hash(uri: str) -> str:
+    return hashlib.sha256(uri.encode()).hexdigest()[:HASH_HEX_CHARS]
+
+
+def fire_subject(prefix: str, uri: str) -> str:
+    return f"{prefix}.fire.{uri_hash(uri)}"
+
+
+def instance_name(cfg: config.BusConfig, environ: Mapping[str, str]) -> str:
+    """This process's name on the bus: `bus.instance`, else `POD_NAME`, else host and process id."""
+    return cfg.instance or environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+
+
+def address(url: str) -> str:
+    """`host:port` of a bus URL, for logs (the configuration refuses credentials in it; this drops them anyway)."""
+    return urlsplit(url).netloc.rpartition("@")[2]
+
+
+@dataclass
+class Health:
+    """Since when the bus has been unreachable (monotonic time), and whether that is longer than the grace."""
+
+    grace_s: float
+    down_since: float | None
+
+    def up(self) -> None:
+        self.down_since = None
+
+    def down(self, now: float) -> None:
+        if self.down_since is None:
+            self.down_since = now
+
+    def unready(self, now: float) -> bool:
+        return self.down_since is not None and now - self.down_since >= self.grace_s
+
+
+class Bus:
+    """This process's connection to the bus: publish fires, receive the others', know whether it is reachable."""
+
+    def __init__(self, cfg: config.BusConfig, instance: str, registry: CollectorRegistry, grace_s: float) -> None:
+        self.cfg, self.instance = cfg, instance
+        self.where = address(cfg.url)
+        self.metrics = metrics.BusMetrics(registry)
+        self.health = Health(grace_s, time.monotonic())
+        self.buckets: buckets.Buckets | None = None
+        self.buckets_error: str | None = None
+        """Why the buckets could not be opened last time (credential-free), until they are."""
+        self.receiver: Receiver | None = None
+        self.on_connect: Callable[[], Coroutine[Any, Any, None]] | None = None
+        """Called on every connection (the first and each reconnect): the gateway fires what it holds."""
+        self._nc: NatsClient | None = None
+        self._up = False
+        self._quiet = False  # connection errors are logged once per outage, then at debug (no log storms)
+        self._closed = False
+        self._changed = asyncio.Condition()
+        self._opener: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def connected(self) -> bool:
+        return self._up and self._nc is not None and self._nc.is_connected
+
+    def unready(self) -> bool:
+        """True once the bus has been unreachable for longer than the grace."""
+        return self.health.unready(time.monotonic())
+
+    async def until(self, predicate: Callable[[], bool]) -> None:
+        """Wait until `predicate()` holds; it is checked at every change of the connection or the buckets."""
+        async with self._changed:
+            await self._changed.wait_for(predicate)
+
+    async def start(self, wait_s: float = STARTUP_WAIT_S) -> None:
+        """Start connecting; wait up to `wait_s` for it, then return either way (nats-py keeps trying)."""
+        self._spawn(self._connect(), "mcpg bus connect")
+        try:
+            async with asyncio.timeout(wait_s):
+                await self.until(lambda: self.connected)
+        except TimeoutError:
+            logger.warning("the bus at %s is unreachable; serving anyway, webhooks answer 503 until it is", self.where)
+
+    async def close(self) -> None:
+        self._closed, self._up = True, False
+        self.metrics.connected.set(0)
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        nc, self._nc = self._nc, None
+        if nc is not None and not nc.is_closed:
+            try:
+                await nc.close()
+            except ERRORS as e:
+                logger.debug("closing the bus connection: %s", self._describe(e))
+
+    async def publish(self, uri: str, strategy: str) -> None:
+        """Publish one fire of `uri`, confirmed by the server, or raise `BusUnavailableError` (within ~2 s)."""
+        nc = self._nc
+        if nc is None or not self.connected:
+            self.metrics.fires_published.labels("failed").inc()
+            raise BusUnavailableError("the gateway cannot reach its bus")
+        payload = json.dumps({"uri": uri, "strategy": strategy, "origin": self.instance}).encode()
+        try:
+            async with asyncio.timeout(PUBLISH_TIMEOUT_S):
+                await nc.publish(fire_subject(self.cfg.subject_prefix, uri), payload)
+                await nc.flush(timeout=PUBLISH_TIMEOUT_S)  # type: ignore[arg-type]  # nats-py annotates int; a float works
+        except ERRORS as e:
+            self.metrics.fires_published.labels("failed").inc()
+            logger.warning("publishing a fire on the bus at %s failed: %s", self.where, self._describe(e))
+            raise BusUnavailableError("the gateway could not publish on its bus") from None
+        self.metrics.fires_published.labels("ok").inc()
+
+    def jetstream(self) -> JetStreamContext | None:
+        return self._nc.jetstream(timeout=KV_TIMEOUT_S) if self._nc is not None else None
+
+    # --- the connection ------------------------------------------------------------------------------------
+
+    async def _connect(self) -> None:
+        nc = NatsClient()
+        self._nc = nc
+        # With endless reconnects nats-py's connect returns only once connected; it never gives up.
+        await nc.connect(**self._options())
+        await nc.subscribe(f"{self.cfg.subject_prefix}.fire.*", cb=self._on_message)
+        try:
+            await nc.flush(timeout=CONNECT_TIMEOUT_S)
+        except ERRORS as e:  # the connection dropped at once; the reconnect callback takes over
+            logger.debug("confirming the fire subscription: %s", self._describe(e))
+            return
+        logger.info("connected to the bus at %s as %r", self.where, self.instance)
+        await self._reachable()
+
+    def _options(self) -> dict[str, Any]:
+        password = self.cfg.password.get_secret_value() if self.cfg.password is not None else None
+        return {
+            "servers": [self.cfg.url],
+            "name": f"mcpg-gateway {self.instance}",
+            "user": self.cfg.user,
+            "password": password,
+            "no_echo": True,  # a process delivers its own fires itself: never told twice
+            "allow_reconnect": True,
+            "max_reconnect_attempts": -1,
+            "reconnect_time_wait": RECONNECT_WAIT_S,
+            "connect_timeout": CONNECT_TIMEOUT_S,
+            "error_cb": self._on_error,
+            "disconnected_cb": self._on_disconnected,
+            "reconnected_cb": self._on_reconnected,
+        }
+
+    async def _reachable(self) -> None:
+        self._up, self._quiet = True, False
+        self.health.up()
+        self.metrics.connected.set(1)
+        await self._notify()
+        if self._opener is None or self._opener.done():  # also on a reconnect: JetStream may have lost them
+            self._opener = self._spawn(self._open_buckets(), "mcpg bus buckets")
+        if self.on_connect is not None:
+            self._spawn(self.on_connect(), "mcpg bus fire held")
+
+    async def _on_disconnected(self) -> None:
+        if self._closed or not self._up:
+            return
+        self._up, self._quiet = False, True
+        self.health.down(time.monotonic())
+        self.metrics.connected.set(0)
+        logger.warning("lost the bus at %s; reconnecting (webhooks answer 503 meanwhile)", self.where)
+        await self._notify()
+
+    async def _on_reconnected(self) -> None:
+        self.metrics.reconnects.inc()
+        logger.info("reconnected to the bus at %s; firing every held URI once", self.where)
+        await self._reachable()
+
+    async def _on_error(self, error: Exception) -> None:
+        # The loss itself is logged once by `_on_disconnected`; the end of the stream it reports first is not news.
+        expected = isinstance(error, nats.errors.StaleConnectionError)
+        level = logging.DEBUG if self._quiet or self._closed or expected else logging.WARNING
+        logger.log(level, "bus at %s: %s", self.where, self._describe(error))
+        self._quiet = True
+
+    async def _on_message(self, msg: Msg) -> None:
+        try:
+            uri = json.loads(msg.data)["uri"]
+        except (ValueError, KeyError, TypeError):
+            uri = None
+        if not isinstance(uri, str) or fire_subject(self.cfg.subject_prefix, uri) != msg.subject:
+            logger.warning("ignored a malformed fire on the bus (subject %s)", msg.subject)
+            return
+        self.metrics.fires_received.inc()
+        if self.receiver is not None:
+            await self.receiver(uri)
+
+    # --- the key-value buckets ---------------------------------------------------------------------------
+
+    async def _open_buckets(self) -> None:
+        for attempt in itertools.count():
+            js = self.jetstream()
+            try:
+                if js is None:
+                    raise nats.errors.ConnectionClosedError
+                self.buckets = await buckets.open_buckets(js, self.cfg)
+            except ERRORS as e:
+                self.buckets_error = f"{buckets.unavailable(self.cfg)} (bus at {self.where}: {self._describe(e)})"
+                logger.log(logging.ERROR if attempt == 0 else logging.DEBUG, "%s", self.buckets_error)  # once, clearly
+                await self._notify()
+                await asyncio.sleep(backoff.delay_s(attempt))
+                continue
+            self.buckets_error = None
+            self.metrics.buckets_ready.set(1)
+            await self._notify()
+            return
+
+    # --- small parts --------------------------------------------------------------------------------------
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    def _describe(self, error: BaseException) -> str:
+        text = redaction.scrub(str(error) or type(error).__name__, self.cfg.url)
+        password = self.cfg.password.get_secret_value() if self.cfg.password is not None else ""
+        return text.replace(password, redaction.MASK) if password else text
