@@ -6,7 +6,7 @@ restart it anyway if a failed test left it down.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,3 +61,16 @@ async def db(postgres: PostgresServer) -> AsyncIterator[Any]:
     finally:
         if not conn.is_closed():
             await conn.close()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+    """A failed test's report gets what its fixtures can say about themselves (`failure_report()`): the logs of
+    the programs it ran, say."""
+    report = yield
+    if report.failed:
+        for name, value in getattr(item, "funcargs", {}).items():
+            describe = getattr(value, "failure_report", None)
+            if callable(describe):
+                report.sections.append((f"{name}: failure report", str(describe())))
+    return report

