@@ -1,0 +1,227 @@
+"""Scaled out on real pods: a 3-replica gateway and the operator's NATS bus, every process run by the local kubelet.
+
+The session operator runs gateways with 3 replicas, so it renders the bus for every namespace: an account on the
+managed NATS server (`mcpg-bus` in the operator's namespace), the namespace's credentials Secret, the bus block in
+the configuration (by `${env.NAME}`, never the password itself) and `sessionAffinity: ClientIP` on the Service.
+Clients hold streams of both eras on each pod directly (as ClientIP affinity pins a handshake-era client to one
+pod) and a listen stream through the Service; webhooks go through the Service and to each pod in turn. Every
+client must be told exactly once per post, whichever pod received it; then a rollout in the middle: webhooks
+through the Service keep being answered 200, and the new pods serve as one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hashlib
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx2
+import yaml
+
+from mcpg_testing import installation
+from mcpg_testing.clients import Subscription, legacy_client, listen_client, subscribe
+from mcpg_testing.controlplane import ControlPlane
+from mcpg_testing.leaks import assert_absent
+from mcpg_testing.manifests import polled
+from mcpg_testing.operators import OperatorReplicas
+
+URI, SENTINEL = "scaled://reports", "scaled://sentinel"
+CLIENT_TOKEN = "scale-out-client-" + "s" * 24
+HEADERS = {"authorization": f"Bearer {CLIENT_TOKEN}"}
+ROLLOUT_S = 150.0
+"""Bound on one rollout of 3 real pods."""
+
+
+def manifests() -> list[dict[str, Any]]:
+    digest = hashlib.sha256(CLIENT_TOKEN.encode()).hexdigest()
+    auth = {"principals": [{"token_sha256": digest, "principal_id": "subscriber"}]}
+    docs: list[dict[str, Any]] = [
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "mcpg-gateway-auth"},
+            "stringData": {"auth.yaml": yaml.safe_dump(auth)},
+        }
+    ]
+    for name, uri in (("reports", URI), ("sentinel", SENTINEL)):
+        docs.append(
+            {
+                "apiVersion": "mcpg.dev/v1alpha1",
+                "kind": "WebhookToken",
+                "metadata": {"name": f"{name}-token"},
+                "spec": {"secretRef": {"name": f"{name}-webhook"}, "generate": True},
+            }
+        )
+        docs.append(
+            {
+                "apiVersion": "mcpg.dev/v1alpha1",
+                "kind": "ResourceWatch",
+                "metadata": {"name": name},
+                "spec": {
+                    "uri": uri,
+                    "backend": {"http": {"url": "http://127.0.0.1:9/unused.json"}},
+                    "watch": {"webhook": {"tokenRef": {"name": f"{name}-token"}}},
+                },
+            }
+        )
+    return docs
+
+
+def get(plane: ControlPlane, *args: str) -> dict[str, Any]:
+    out: dict[str, Any] = json.loads(plane.kubectl("get", *args, "-o", "json").stdout)
+    return out
+
+
+def token(plane: ControlPlane, ns: str, name: str) -> str:
+    secret = get(plane, "-n", ns, "secret", f"{name}-webhook")
+    return base64.b64decode(secret["data"]["token"]).decode()
+
+
+def gateway_pods(plane: ControlPlane, ns: str) -> dict[str, str]:
+    """Pod name -> its public base URL, for the running gateway pods of `ns` (the kubelet's records)."""
+    ready = {
+        p["metadata"]["name"]
+        for p in get(plane, "-n", ns, "pods", "-l", "app.kubernetes.io/name=mcpg-gateway")["items"]
+        if p["metadata"].get("deletionTimestamp") is None
+        and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
+    }
+    out = {}
+    for key, record in plane.local_pods().items():
+        pod_ns, name = key.split("/", 1)
+        if pod_ns == ns and name in ready:
+            out[name] = f"http://127.0.0.1:{record['ports']['8080']}"
+    return out
+
+
+async def post(url: str) -> int:
+    async with httpx2.AsyncClient(timeout=10) as http:
+        return (await http.post(url)).status_code
+
+
+async def told_once_each(subs: list[Subscription], uri: str) -> None:
+    """Every client's next notification is `uri` (bounded); a second one for the same post shows up later, in
+    `assert_nothing_else` after the sentinel."""
+    got = await asyncio.gather(*(s.next_update() for s in subs))
+    assert got == [uri] * len(subs)
+
+
+async def assert_nothing_else(subs: list[Subscription], sentinel_url: str) -> None:
+    assert await post(sentinel_url) == 200
+    got = await asyncio.gather(*(s.next_update() for s in subs))
+    assert got == [SENTINEL] * len(subs), "a client was told something twice, or late"
+    assert [s.drained() for s in subs] == [[] for _ in subs]
+
+
+@contextlib.asynccontextmanager
+async def clients_on(pods: dict[str, str], service: str) -> AsyncIterator[list[Subscription]]:
+    """On each pod a handshake-era session and a listen stream, and one listen stream through the Service."""
+    async with contextlib.AsyncExitStack() as stack:
+        subs = []
+        for base in pods.values():
+            legacy = await stack.enter_async_context(legacy_client(f"{base}/mcp", HEADERS))
+            for uri in (URI, SENTINEL):
+                await subscribe(legacy, uri)
+            subs.append(legacy)
+            subs.append(await stack.enter_async_context(listen_client(f"{base}/mcp", [URI, SENTINEL], HEADERS)))
+        subs.append(await stack.enter_async_context(listen_client(f"{service}/mcp", [URI, SENTINEL], HEADERS)))
+        yield subs
+
+
+async def test_three_replicas_serve_as_one_over_the_operators_bus_and_through_a_rollout(
+    control_plane: ControlPlane, operators: OperatorReplicas, namespace: str
+) -> None:
+    docs = "\n---\n".join(yaml.safe_dump(d) for d in manifests())
+    control_plane.kubectl("-n", namespace, "apply", "-f", "-", stdin=docs)
+    for name in ("reports", "sentinel"):
+        control_plane.kubectl(
+            "-n", namespace, "wait", "--for=condition=Ready", f"resourcewatch/{name}", "--timeout=150s"
+        )
+    control_plane.kubectl(
+        "-n", installation.OPERATOR_NAMESPACE, "rollout", "status", "deploy/mcpg-bus", f"--timeout={ROLLOUT_S:.0f}s"
+    )
+
+    # What the operator rendered: affinity, the credentials by reference, the account's password nowhere else.
+    assert get(control_plane, "-n", namespace, "svc", "mcpg-gateway")["spec"]["sessionAffinity"] == "ClientIP"
+    creds = get(control_plane, "-n", namespace, "secret", "mcpg-gateway-bus")["data"]
+    password = base64.b64decode(creds["password"]).decode()
+    deployment = get(control_plane, "-n", namespace, "deploy", "mcpg-gateway")
+    env = {e["name"]: e for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["MCPG_BUS_PASSWORD"]["valueFrom"]["secretKeyRef"]["name"] == "mcpg-gateway-bus"
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    watches = get(control_plane, "-n", namespace, "resourcewatches")
+    volumes = deployment["spec"]["template"]["spec"]["volumes"]
+    config_name = next(v["secret"]["secretName"] for v in volumes if "secret" in v)
+    config = get(control_plane, "-n", namespace, "secret", config_name)["data"]
+    config_text = "".join(base64.b64decode(v).decode() for v in config.values())
+    assert "${env.MCPG_BUS_PASSWORD}" in config_text
+    assert_absent(config_text, "the gateway configuration", password)
+    assert_absent(json.dumps(deployment) + json.dumps(watches), "the Deployment and the ResourceWatches", password)
+
+    service = control_plane.service_url(namespace, "mcpg-gateway")
+    hook = f"/webhooks/resource-updated/{token(control_plane, namespace, 'reports')}"
+    sentinel = f"{service}/webhooks/resource-updated/{token(control_plane, namespace, 'sentinel')}"
+    pods = gateway_pods(control_plane, namespace)
+    assert len(pods) == 3, pods
+
+    async with clients_on(pods, service) as subs:
+        assert await post(f"{service}{hook}") == 200
+        await told_once_each(subs, URI)
+        for base in pods.values():  # each pod in turn receives the webhook
+            assert await post(f"{base}{hook}") == 200
+            await told_once_each(subs, URI)
+        await assert_nothing_else(subs, sentinel)
+
+    await rollout_in_the_middle(control_plane, namespace, service, hook, sentinel, set(pods))
+
+
+async def rollout_in_the_middle(
+    plane: ControlPlane, ns: str, service: str, hook: str, sentinel: str, old_pods: set[str]
+) -> None:
+    """A config change rolls all 3 pods while a sender posts through the Service (listen streams a rollout ends
+    are judged by the rotation test); afterwards the new pods serve as one."""
+    statuses: list[int | str] = []
+    stop = asyncio.Event()
+
+    async def sender() -> None:
+        async with httpx2.AsyncClient(timeout=10) as http:
+            while not stop.is_set():
+                try:
+                    statuses.append((await http.post(f"{service}{hook}", headers={"connection": "close"})).status_code)
+                except httpx2.HTTPError as e:
+                    statuses.append(type(e).__name__)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 0.2)  # a paced sender, not a wait for a condition
+
+    tasks = [asyncio.create_task(sender())]
+    plane.kubectl("-n", ns, "apply", "-f", "-", stdin=yaml.safe_dump(polled("rolled")))
+    loop = asyncio.get_running_loop()
+    started = time.monotonic()
+    await loop.run_in_executor(
+        None,
+        plane.kubectl,
+        "-n",
+        ns,
+        "wait",
+        "--for=condition=Ready",
+        "resourcewatch/rolled",
+        f"--timeout={ROLLOUT_S:.0f}s",
+    )
+    stop.set()
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    new_pods = gateway_pods(plane, ns)
+    assert len(new_pods) == 3, new_pods
+    assert not set(new_pods) & old_pods, "the rollout did not replace every pod"
+    assert statuses, "no webhook was sent during the rollout"
+    assert set(statuses) == {200}, f"webhooks during the rollout ({time.monotonic() - started:.0f} s): {statuses}"
+    async with clients_on(new_pods, service) as subs:
+        for base in new_pods.values():
+            assert await post(f"{base}{hook}") == 200
+            await told_once_each(subs, URI)
+        await assert_nothing_else(subs, sentinel)
