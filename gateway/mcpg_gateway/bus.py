@@ -42,7 +42,7 @@ STARTUP_WAIT_S = 5.0
 UNREACHABLE_GRACE_S = 5.0
 """How long the bus may be unreachable before /readyz says so: a server restart costs a reconnect or two."""
 PUBLISH_TIMEOUT_S = 2.0
-"""A webhook waits this long for the server to confirm its fire before answering 503."""
+"""A webhook waits this long for a reconnect, and then for the server to confirm its fire, before answering 503."""
 RECONNECT_WAIT_S = 1
 CONNECT_TIMEOUT_S = 2
 KV_TIMEOUT_S = 2.0
@@ -151,8 +151,8 @@ class Bus:
 
     async def publish(self, uri: str, strategy: str) -> None:
         """Publish one fire of `uri`, confirmed by the server, or raise `BusUnavailableError` (within ~2 s)."""
-        nc = self._nc
-        if nc is None or not self.connected:
+        nc = self._nc if self.connected else await self._reconnected(PUBLISH_TIMEOUT_S)
+        if nc is None:
             self.metrics.fires_published.labels("failed").inc()
             raise BusUnavailableError("the gateway cannot reach its bus")
         payload = json.dumps({"uri": uri, "strategy": strategy, "origin": self.instance}).encode()
@@ -165,6 +165,20 @@ class Bus:
             logger.warning("publishing a fire on the bus at %s failed: %s", self.where, self._describe(e))
             raise BusUnavailableError("the gateway could not publish on its bus") from None
         self.metrics.fires_published.labels("ok").inc()
+
+    async def _reconnected(self, wait_s: float) -> NatsClient | None:
+        """The client once connected again, waiting up to `wait_s`; None at once if the bus is past its grace.
+
+        A server restart (the managed server rolls when a namespace gains its account) costs each gateway one
+        reconnect: a webhook arriving in that second waits for it instead of being refused."""
+        if self.unready():
+            return None
+        try:
+            async with asyncio.timeout(wait_s):
+                await self.until(lambda: self.connected)
+        except TimeoutError:
+            return None
+        return self._nc
 
     def jetstream(self) -> JetStreamContext | None:
         return self._nc.jetstream(timeout=KV_TIMEOUT_S) if self._nc is not None else None

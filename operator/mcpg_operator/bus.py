@@ -237,9 +237,13 @@ def _deployment(namespace: str, image: str, config_hash: str) -> dict[str, Any]:
             "replicas": 1,
             "revisionHistoryLimit": 3,
             "selector": {"matchLabels": dict(SELECTOR)},
-            # The store is the pod's own: two servers at once would split the key-value state, so the old one
-            # stops before the new one starts (the gateways ride out the gap).
-            "strategy": {"type": "Recreate"},
+            # The new server is Ready before the old one stops, so a gateway's reconnect (1 s) finds a server at
+            # once and a webhook waiting for it is still answered 200; with Recreate, every namespace's webhooks
+            # were refused for the seconds the new pod took to start, each time a namespace gained an account.
+            # While both run, the gateways connected to each hear only their own server's fires, and each
+            # server's key-value store is its own; both heal by the rule for any reconnect (every held URI is
+            # told once, pull watches elect their owners again).
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
             "template": {
                 # The hash rolls the server when the accounts change: it reads its configuration only at start.
                 "metadata": {"labels": dict(LABELS), "annotations": {objects.HASH_ANNOTATION: config_hash}},

@@ -213,10 +213,10 @@ def test_the_server_runs_nats_with_jetstream_its_store_and_ports_as_arguments() 
     assert pod["automountServiceAccountToken"] is False
 
 
-def test_one_server_whose_old_pod_stops_before_the_new_one_starts() -> None:
+def test_one_server_whose_successor_is_ready_before_it_stops() -> None:
     spec = managed()["Deployment"]["spec"]
     assert spec["replicas"] == 1
-    assert spec["strategy"] == {"type": "Recreate"}
+    assert spec["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
 
 
 def test_the_service_is_the_client_port_of_the_server() -> None:
