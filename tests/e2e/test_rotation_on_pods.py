@@ -25,6 +25,7 @@ import base64
 import collections
 import contextlib
 import hashlib
+import itertools
 import json
 import os
 import threading
@@ -51,6 +52,8 @@ LISTENERS = 3
 BOUND_S = 150.0
 """Bound on the whole rotation: two rollouts of 3 real pods, each pod Ready after its first passing probe."""
 CLIENT_TOKEN = "rotation-client-" + "c" * 24
+SOURCES = itertools.cycle([f"127.0.0.{n}" for n in range(2, 66)])
+"""Senders' addresses: many senders from many addresses, as upstreams are (all of 127/8 is loopback on Linux)."""
 
 
 @dataclass
@@ -266,11 +269,12 @@ async def send(base: str, label: str, token: str, traffic: Traffic, stop: asynci
 
 async def _post(host: str, port: int, path: str, label: str, traffic: Traffic) -> None:
     """One HTTP/1.1 POST on its own connection, over plain asyncio streams: the client address it went from is
-    what the Service stand-in's connection log names the answering pod by."""
+    what the Service stand-in's connection log names the answering pod by. Each goes from the next of SOURCES:
+    the Service has ClientIP affinity (3 replicas), so one source address would reach one pod only."""
     t, client = time.monotonic(), ""
     try:
         async with asyncio.timeout(5):
-            reader, writer = await asyncio.open_connection(host, port)
+            reader, writer = await asyncio.open_connection(host, port, local_addr=(next(SOURCES), 0))
             client = "{}:{}".format(*writer.get_extra_info("sockname")[:2])
             writer.write(
                 f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".encode()
