@@ -1,10 +1,10 @@
 """`make demo`: mcpg end to end on a local control plane, narrated for a newcomer, then torn down.
 
 Control plane up, CRDs and the chart's RBAC installed, the operator running under that identity, a WebhookToken
-and two ResourceWatches (webhook and poll) applied, the gateway Deployment the operator rendered run as real pods
-by the local kubelet, an MCP client subscribed through the gateway's Service, a webhook posted and a poll change
-made, then a token rotated by editing its Secret, with the old and new tokens posted through the Service at each
-stage of the rotation.
+and two ResourceWatches (webhook and poll) applied, the gateway Deployment the operator rendered (3 replicas,
+sharing the NATS bus the operator runs) run as real pods by the local kubelet, an MCP client subscribed through
+the gateway's Service, a webhook posted to each pod in turn and a poll change made, then a token rotated by
+editing its Secret, with the old and new tokens posted through the Service at each stage of the rotation.
 
 The operator, the gateway pods and `mcpg-subscribe` run from their images' environments (`.venv-operator`,
 `.venv-gateway`: `mcpg_testing.images`), so the demo shows what the images ship, not the dev venv.
@@ -117,11 +117,11 @@ def post(base: str, tok: str) -> int:
 def demo(plane: ControlPlane, envs: Images, work: Path) -> None:
     install(plane)
     say("Starting the operator as the chart's ServiceAccount (exactly the RBAC the chart grants).")
-    # One gateway replica: until replicas share a notification bus, a webhook reaches only the subscribers of
-    # the pod the Service sent it to.
+    # Three gateway replicas: the operator runs a NATS bus for them, so a webhook any pod receives reaches the
+    # subscribers of every pod.
     settings = {
         "MCPG_RESYNC_SECONDS": "5",
-        "MCPG_GATEWAY_REPLICAS": "1",
+        "MCPG_GATEWAY_REPLICAS": "3",
         "MCPG_GATEWAY_IMAGE": runtimes.GATEWAY_IMAGE,
         "POD_NAMESPACE": installation.OPERATOR_NAMESPACE,
         "POD_NAME": "mcpg-operator-demo",
@@ -160,10 +160,25 @@ def demo(plane: ControlPlane, envs: Images, work: Path) -> None:
             "--timeout=90s",
         )
         say(
-            "The operator rendered the gateway: a Deployment, its configuration in a Secret, and a Service. "
-            "The local kubelet runs its pod as a real process, Ready once its readiness probe passes."
+            "The operator rendered the gateway: a Deployment of 3 replicas, its configuration in a Secret, a Service "
+            "(sessionAffinity ClientIP), and the namespace's bus credentials. The local kubelet runs each pod as a "
+            "real process, Ready once its readiness probe passes."
         )
+        plane.kubectl("-n", NS, "rollout", "status", "deployment/mcpg-gateway", "--timeout=90s")
         show(plane, "-n", NS, "get", "resourcewatches,webhooktokens,deployments,pods,services,secrets")
+        say("The bus the gateways share: one NATS server (JetStream) beside the operator, an account per namespace.")
+        plane.kubectl(
+            "-n", installation.OPERATOR_NAMESPACE, "rollout", "status", "deployment/mcpg-bus", "--timeout=90s"
+        )
+        show(
+            plane,
+            "-n",
+            installation.OPERATOR_NAMESPACE,
+            "get",
+            "deployments,services,secrets",
+            "-l",
+            "app.kubernetes.io/name=mcpg-bus",
+        )
         base = plane.service_url(NS, "mcpg-gateway")
         print(f"    the Service mcpg-gateway (port http) stands in on {base}", flush=True)
         say("An MCP client subscribes to both resources (protocol 2026-07-28, subscriptions/listen):")
@@ -171,9 +186,10 @@ def demo(plane: ControlPlane, envs: Images, work: Path) -> None:
         client = stack.enter_context(Program([*argv, "--token", client_token], envs.gateway.environ()))
         print("    " + client.wait_for("listening", 30), flush=True)
         tok = token(plane)
-        say("The report's upstream posts the webhook, with the token the operator generated:")
-        print(f"    POST /webhooks/resource-updated/<token> -> HTTP {post(base, tok)}", flush=True)
-        print("    client: " + client.wait_for("report://daily", 10), flush=True)
+        say("The report's upstream posts the webhook to each pod in turn (as a load balancer spreads senders):")
+        for pod, pod_base in pods(plane).items():
+            print(f"    POST {pod} /webhooks/resource-updated/<token> -> HTTP {post(pod_base, tok)}", flush=True)
+            print("    client: " + client.wait_for("report://daily", 10), flush=True)
         say("The status changes upstream; the poll (every 10 s, the floor) notices the new SHA-256:")
         (site / "status.json").write_text('{"status": "amber"}\n')
         print("    client: " + client.wait_for("status://service", 25), flush=True)
@@ -201,6 +217,18 @@ def rotate(plane: ControlPlane, base: str, old: str) -> None:
     both_tokens(base, old, new, "after the retirement rollout")
     columns = "custom-columns=REASON:.reason,MESSAGE:.message"
     show(plane, "-n", NS, "get", "events", "--field-selector", "involvedObject.kind=WebhookToken", "-o", columns)
+
+
+def pods(plane: ControlPlane) -> dict[str, str]:
+    """The demo's running gateway pods -> each one's own address (the local kubelet's record of its host port)."""
+    listed = json.loads(plane.kubectl("-n", NS, "get", "pods", "-o", "json").stdout)["items"]
+    running = {p["metadata"]["name"] for p in listed if not p["metadata"].get("deletionTimestamp")}
+    records = plane.local_pods()
+    return {
+        name: f"http://127.0.0.1:{records[f'{NS}/{name}']['ports']['8080']}"
+        for name in sorted(running)
+        if name.startswith("mcpg-gateway-") and f"{NS}/{name}" in records
+    }
 
 
 def both_tokens(base: str, old: str, new: str, when: str) -> None:
