@@ -125,6 +125,12 @@ class Proc:
         self.p.stdin.write(text + "\n")
         self.p.stdin.flush()
 
+    def kill(self, timeout: float = 10.0) -> None:
+        """SIGKILL, as a crash or an OOM kill ends a pod: no shutdown code runs. Reaped, bounded by `timeout`."""
+        if self.p.poll() is None:
+            self.p.kill()
+            self.p.wait(timeout)
+
     def stop(self, timeout: float = 10.0) -> None:
         if self.p.poll() is None:
             self.p.terminate()
@@ -154,7 +160,10 @@ def reference(args: list[str], cpu: int | None = None, stderr: Any = None) -> Pr
 class Gateway:
     """`mcpg-gateway` from the gateway image's environment, on loopback ports, from a configuration dict."""
 
-    def __init__(self, config: dict[str, Any], workdir: Path, cpu: int | None = None) -> None:
+    def __init__(
+        self, config: dict[str, Any], workdir: Path, cpu: int | None = None, extra_env: Mapping[str, str] | None = None
+    ) -> None:
+        """`extra_env`: variables added to the image environment (what `${env.NAME}` in the config reads)."""
         self.port, self.admin_port = free_port(), free_port()
         path = workdir / f"gateway-{self.port}.yaml"
         path.write_text(yaml.safe_dump(config))
@@ -163,8 +172,13 @@ class Gateway:
         argv += ["--port", str(self.port), "--admin-port", str(self.admin_port)]
         self.log = workdir / f"gateway-{self.port}.log"
         with self.log.open("w") as log:
-            self.proc = Proc(pinned(argv, cpu), env=env.environ(), stdout=subprocess.DEVNULL, stderr=log)
-        wait_http(f"{self.base}/healthz")
+            environ = env.environ(**(extra_env or {}))
+            self.proc = Proc(pinned(argv, cpu), env=environ, stdout=subprocess.DEVNULL, stderr=log)
+        try:
+            wait_http(f"{self.base}/healthz")
+        except BaseException:
+            self.proc.stop()
+            raise
 
     @property
     def base(self) -> str:
@@ -174,8 +188,16 @@ class Gateway:
     def pid(self) -> int:
         return self.proc.pid
 
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.admin_port}/metrics"
+
     def stop(self) -> None:
         self.proc.stop()
+
+    def kill(self) -> None:
+        """SIGKILL the gateway process itself (argv runs it directly: taskset execs, so no wrapper is hit)."""
+        self.proc.kill()
 
 
 def gateway_config(resources: list[dict[str, Any]], templates: list[dict[str, Any]] | None = None) -> dict[str, Any]:

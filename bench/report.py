@@ -111,11 +111,69 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
                 _met(r["met"]),
             )
         )
+    if "scaleout" in results:
+        out.extend(_scaleout_rows(results["scaleout"]))
+    return out
+
+
+def _scaleout_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
+    out = []
+    n = r["processes"]
+    fan = r["fanout"]
+    g, ref = fan["gateway"], fan["reference"]
+    once = "exactly once" if fan["exactly_once"] else f"{g['notifications_sent']} sent of {g['notifications_expected']}"
+    out.append(
+        (
+            f"7a. scale-out fan-out, {fan['sessions']} sessions over {n} processes + NATS (p50 / p99)",
+            f"{g['p50_ms']} / {g['p99_ms']} ms ({once})",
+            f"{ref['p50_ms']} / {ref['p99_ms']} ms (1 process, no bus)",
+            f"{fan['ratio_p50']} / {fan['ratio_p99']}x",
+            "p99 <= 1.3x, exactly once",
+            _met(fan["met"]),
+        )
+    )
+    up = r["upstream"]
+    g, ref = up["gateway"], up["reference"]
+    split = ", ".join(f"{who} {k / up['intervals']:.1f}" for who, k in g["reads_per_process"].items())
+    several = f"; {g['uris_read_by_several']} URIs read by several" if g["uris_read_by_several"] else ""
+    out.append(
+        (
+            f"7b. scale-out upstream reads, {up['uris']} polled URIs each subscribed on {n} processes "
+            f"(reads per {up['interval_s']:g} s interval, over {_count(up['intervals'], 'interval')})",
+            f"{g['reads_per_interval']} ({split}{several})",
+            f"{ref['reads_per_interval']} (1 process, no bus)",
+            f"{up['ratio']}x",
+            "<= 1.05x (1.0 by design; + lease handovers)",
+            _met(up["met"]),
+        )
+    )
+    to = r["takeover"]
+    runs = to["runs"]
+    if to["median_s"] is not None:
+        measured, ratio = f"{to['median_s']} / {to['max_s']} s", f"{to['ratio_median']} / {to['ratio_max']}x"
+    else:
+        done = [x["takeover_s"] for x in runs if x["takeover_s"] is not None]
+        measured, ratio = f"no takeover after kill {len(runs)} (earlier: {done} s)", "-"
+    out.append(
+        (
+            f"7c. scale-out poll takeover after SIGKILL of the owner, lease TTL {to['lease_ttl_s']:g} s, "
+            f"{_count(len(runs), 'run')} (median / max)",
+            measured,
+            f"{to['bound_s']:g} s (lease TTL + poll interval)",
+            ratio,
+            "< 1.0x (max)",
+            _met(to["met"]),
+        )
+    )
     return out
 
 
 def _replicas(n: int) -> str:
-    return f"{n} replica" if n == 1 else f"{n} replicas"
+    return _count(n, "replica")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _met(ok: bool) -> str:
@@ -131,6 +189,28 @@ def table(results: dict[str, Any]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in body)
 
 
+def _updates(doc: dict[str, Any]) -> list[str]:
+    """One line per `--only` run merged into the document (bench/run.py), saying what it replaced."""
+    lines = []
+    for u in doc.get("updates", []):
+        m = u["machine"]
+        where = (
+            ""
+            if (m["cpu"], m["nproc"]) == (doc["machine"]["cpu"], doc["machine"]["nproc"])
+            else (f", on another machine ({m['cpu']}, `nproc` {m['nproc']})")
+        )
+        lines.append(f"- {u['date']}: {', '.join(u['results'])} ({u['wall_s']} s{where})")
+    if not lines:
+        return []
+    return [
+        "",
+        "Since then, `python bench/run.py --only ...` replaced these figures (each still a ratio to a reference",
+        "measured in its own run):",
+        "",
+        *lines,
+    ]
+
+
 def markdown(doc: dict[str, Any]) -> str:
     m = doc["machine"]
     lines = [
@@ -139,6 +219,7 @@ def markdown(doc: dict[str, Any]) -> str:
         f"Measured {doc['date']} ({doc['mode']} run, {doc['wall_s']} s) by `python bench/run.py`. Every figure is a",
         "ratio against a reference measured in the same run on the same machine; absolute numbers only say what",
         "this machine did. Raw figures: `bench/results.json`.",
+        *_updates(doc),
         "",
         "| " + " | ".join(HEADER[:-1]) + " | |",
         "|---|---|---|---|---|---|",
@@ -210,6 +291,24 @@ METHOD = """## What each scenario measures
    image, probes and replicas) until it has rolled out (a rotation needs two rollouts; the ratio is against
    one). In brackets, the same for a plain 3-replica `registry.k8s.io/pause:3.10` Deployment, which stays a kwok
    fake (Ready at once): the control plane's own floor, no longer like-for-like once gateways are real processes.
+7. **Scale-out** (`bench/scaleout.py`): 3 gateway processes sharing one nats-server (JetStream on; `gateway.bus`,
+   each process its own `instance`) against one gateway process with no bus, in the same run.
+   - **a. Fan-out across replicas**: the 1,000 sessions of scenario 1 spread evenly over the 3 processes (one
+     legacy and one listen client process each), the webhook POSTed to each process in turn; a sample is POST ->
+     the last receiver on any process. Reference: the same 1,000 sessions on one process (over 6 client processes
+     too). Exactly once is checked: `mcpg_watch_notifications_sent_total`, summed over the processes, must equal
+     sessions x posts.
+   - **b. Upstream load**: 100 URIs of one polled template (10 s floor), each subscribed on all 3 processes,
+     against the same 100 on one process, both at once against one upstream that logs who read what and when
+     (each process's backend URL has its own first path segment). Reads counted over 3 whole poll intervals
+     after a 12 s warm-up, the window starting at the instant farthest from every read's phase, so no read sits
+     near its edges: one owner per URI gives exactly 1.0. The 5% allowance is for lease handovers (a new owner
+     checks its URI at once: one read more each); URIs read by more than one process in the window are shown.
+   - **c. Takeover**: one polled URI subscribed on 3 further processes, `lease_ttl_s` 3 (run during b's window).
+     The owner (the one process reading the URI over a whole interval) is SIGKILLed, 5 times at phases of its
+     read interval spread evenly over it; the time from the kill to the first read by a survivor (both on
+     CLOCK_MONOTONIC, from the upstream's log) against the bar, lease TTL + one poll interval. A replacement
+     process joins before each next kill. Median and max.
 
 ## Rerun
 
@@ -218,5 +317,6 @@ make venv binaries        # once
 apt-get install -y wrk    # optional: the ingestion scenario falls back to a Python load generator
 .venv/bin/python bench/run.py          # about 10 minutes on 2 cores; rewrites this file and bench/results.json
 .venv/bin/python bench/run.py --smoke  # every scenario at a tiny size (what tests/integration runs)
+.venv/bin/python bench/run.py --only scaleout  # one scenario: merged into bench/results.json, this file regenerated
 ```
 """

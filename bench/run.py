@@ -1,10 +1,19 @@
 """mcpg benchmarks: every figure is a ratio against a reference measured in the same run on the same machine.
 
     python bench/run.py            # the full suite (about 10 minutes on 2 cores)
-    python bench/run.py --smoke    # every scenario at a tiny size, well under a minute
+    python bench/run.py --smoke    # every scenario at a tiny size, a few minutes
     python bench/run.py --only fanout,ingest
 
 Prints a table and writes bench/results.json and docs/benchmarks.md (figures, machine, date, how to rerun).
+
+Without --only, the results document is written afresh. With --only, the named scenarios' results are merged into
+the existing results document (the --out file; bench/results.json unless --out names another, and nothing to
+merge into if that file does not exist yet): their entries replace the same entries, every other scenario's
+figures stay as they were, and the markdown is regenerated from the merged document. The document keeps the date,
+duration and machine of the run it started from, and lists each merged --only run under `updates` (date,
+scenarios, duration, machine), which the markdown names. A smoke run is never merged into a full run's document,
+nor a full run into a smoke one (the run stops before measuring). A smoke run writes nothing unless given --out or
+--docs.
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ import fanout
 import ingest
 import polling
 import report
+import scaleout
 
 FULL = {
     "sizes": [1, 100, 1000],
@@ -42,6 +52,15 @@ FULL = {
     "warmup": True,
     "rotations": 5,
     "rotation_replicas": 3,
+    "scaleout_processes": 3,
+    "scaleout_sessions": 1000,
+    "scaleout_posts": 100,
+    "scaleout_post_budget_s": 40.0,
+    "scaleout_uris": 100,
+    "scaleout_warmup_s": 12.0,
+    "scaleout_intervals": 3,  # whole poll intervals (10 s each) counted for the upstream-load figure
+    "scaleout_lease_ttl_s": 3.0,
+    "scaleout_takeovers": 5,
 }
 SMOKE = {
     "sizes": [2],
@@ -60,8 +79,17 @@ SMOKE = {
     "warmup": False,
     "rotations": 1,
     "rotation_replicas": 1,  # real gateway processes roll one at a time: 3 would triple every rollout
+    "scaleout_processes": 3,
+    "scaleout_sessions": 6,
+    "scaleout_posts": 5,
+    "scaleout_post_budget_s": 5.0,
+    "scaleout_uris": 4,
+    "scaleout_warmup_s": 1.0,
+    "scaleout_intervals": 1,
+    "scaleout_lease_ttl_s": 1.0,
+    "scaleout_takeovers": 1,
 }
-SCENARIOS = ("fanout", "ingest", "polling", "memory", "operator")
+SCENARIOS = ("fanout", "ingest", "polling", "memory", "operator", "scaleout")
 
 
 def run(only: list[str], p: dict[str, Any], smoke: bool, workdir: Path) -> dict[str, Any]:
@@ -92,18 +120,65 @@ def run(only: list[str], p: dict[str, Any], smoke: bool, workdir: Path) -> dict[
     if "operator" in only:
         sizes = (p["namespaces"], p["per_ns"], p["rotations"], p["replicas"], p["rotation_replicas"], p["warmup"])
         timed("operator", lambda: convergence.run(workdir, *sizes))
+    if "scaleout" in only:
+        keys = ("processes", "sessions", "posts", "post_budget_s", "uris", "warmup_s", "intervals", "lease_ttl_s")
+        kwargs = {k: p[f"scaleout_{k}"] for k in (*keys, "takeovers")}
+        kwargs["budget_s"] = kwargs.pop("post_budget_s")
+        timed("scaleout", lambda: scaleout.run(workdir, **kwargs))
     return results
+
+
+def base_document(path: Path | None, mode: str) -> dict[str, Any] | None:
+    """The results document an --only run merges into: `path`'s, if it exists. Raises ValueError, saying why, on
+    a document that cannot be read or holds the other mode's run (`main` then exits 2 before measuring anything)."""
+    if path is None or not path.exists():
+        return None
+    try:
+        doc = json.loads(path.read_text())
+    except ValueError as e:
+        raise ValueError(f"{path} is not JSON ({e}): move it away or pass --out elsewhere") from e
+    if not isinstance(doc, dict) or not isinstance(doc.get("results"), dict) or "mode" not in doc:
+        raise ValueError(f"{path} is not a results document: move it away or pass --out elsewhere")
+    if doc["mode"] != mode:
+        raise ValueError(f"{path} holds a {doc['mode']} run; a {mode} run is not merged into it: pass --out elsewhere")
+    return doc
+
+
+def merge(base: dict[str, Any], doc: dict[str, Any], only: list[str]) -> dict[str, Any]:
+    """`base` with `doc`'s results (and params) in place of its own, and `doc` recorded under `updates`."""
+    update = {"date": doc["date"], "wall_s": doc["wall_s"], "only": only, "results": sorted(doc["results"])}
+    update["machine"] = doc["machine"]
+    return {
+        **base,
+        "params": {**base.get("params", {}), **doc["params"]},
+        "results": {**base["results"], **doc["results"]},
+        "updates": [*base.get("updates", []), update],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: checks every scenario runs, not its timings")
-    ap.add_argument("--only", default=",".join(SCENARIOS), help=f"comma-separated subset of {', '.join(SCENARIOS)}")
+    ap.add_argument(
+        "--only",
+        default=None,
+        help=f"comma-separated subset of {', '.join(SCENARIOS)}; merged into the existing results (see above)",
+    )
     ap.add_argument("--out", type=Path, default=None, help="results JSON (default bench/results.json; smoke: none)")
     ap.add_argument("--docs", type=Path, default=None, help="markdown report (default docs/benchmarks.md; smoke: none)")
     args = ap.parse_args(argv)
-    only = [s.strip() for s in args.only.split(",") if s.strip()]
+    only = list(SCENARIOS) if args.only is None else [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = sorted(set(only) - set(SCENARIOS))
+    if unknown:
+        ap.error(f"--only: unknown scenario(s) {', '.join(unknown)} (known: {', '.join(SCENARIOS)})")
     params = SMOKE if args.smoke else FULL
+    root = Path(__file__).parent
+    out = args.out or (None if args.smoke else root / "results.json")
+    docs = args.docs or (None if args.smoke else root.parent / "docs" / "benchmarks.md")
+    try:
+        base = None if args.only is None else base_document(out, "smoke" if args.smoke else "full")
+    except ValueError as e:
+        ap.error(f"--only merges into the existing results, but {e}")
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="mcpg-bench-") as tmp:
         results = run(only, params, args.smoke, Path(tmp))
@@ -116,9 +191,8 @@ def main(argv: list[str] | None = None) -> int:
         "results": results,
     }
     print(report.table(results))
-    root = Path(__file__).parent
-    out = args.out or (None if args.smoke else root / "results.json")
-    docs = args.docs or (None if args.smoke else root.parent / "docs" / "benchmarks.md")
+    if base is not None:
+        doc = merge(base, doc, only)
     if out is not None:
         out.write_text(json.dumps(doc, indent=2) + "\n")
     if docs is not None:
