@@ -40,6 +40,9 @@ SELECTOR = {"app.kubernetes.io/name": NAME}
 LABELS = {**objects.MANAGED, **SELECTOR}
 SHARED = "mcpg"
 """Subject prefix and bucket in a namespace's own account: nothing else lives there."""
+ACCOUNT_JETSTREAM_LIMITS = "{max_mem: 16MB, max_file: 64MB, max_streams: 8, max_consumers: 64}"
+"""Each namespace's share of the one server: a gateway needs two small key-value buckets (one entry per watched
+URI in each), so these leave room to spare while no tenant can fill the server's store for the others."""
 BUCKET_MAX = 64
 """The gateway's limit on a bucket name."""
 
@@ -167,7 +170,7 @@ def nats_config(passwords: Mapping[str, str]) -> str:
         user, password = _quoted_account(namespace, passwords[namespace])
         lines += [
             f"  {user}: {{",
-            "    jetstream: enabled",
+            f"    jetstream: {ACCOUNT_JETSTREAM_LIMITS}",
             f"    users: [{{user: {user}, password: {password}}}]",
             "  }",
         ]
