@@ -204,8 +204,8 @@ def _updates(doc: dict[str, Any]) -> list[str]:
         return []
     return [
         "",
-        "Since then, `python bench/run.py --only ...` replaced these figures (each still a ratio to a reference",
-        "measured in its own run):",
+        "Since then, `python bench/run.py --only ...` replaced (or added) these scenarios' figures, each still a",
+        "ratio to a reference measured in its own run:",
         "",
         *lines,
     ]
