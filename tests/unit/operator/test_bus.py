@@ -141,7 +141,9 @@ def test_a_namespaces_bus_credentials_are_its_account_user_and_password_owned_li
 def test_every_namespace_gets_an_account_with_jetstream_and_one_user() -> None:
     text = bus.nats_config({"shop": PASSWORD, "mail": "m" * 43})
     assert text.index('"mcpg-mail"') < text.index('"mcpg-shop"')  # sorted: the same accounts, the same text
-    assert '  "mcpg-shop": {\n    jetstream: {max_mem: 16MB, max_file: 64MB, max_streams: 8, max_consumers: 64}\n' in text
+    assert (
+        '  "mcpg-shop": {\n    jetstream: {max_mem: 16MB, max_file: 64MB, max_streams: 8, max_consumers: 64}\n' in text
+    )
     assert f'users: [{{user: "mcpg-shop", password: "{PASSWORD}"}}]' in text
     assert text.count("jetstream: {max_mem") == 2
     # Ports, the store and JetStream are arguments: the test kubelet maps paths and ports only there.
