@@ -55,3 +55,16 @@ def principal(token: str, principal_id: str, **fields: Any) -> dict[str, Any]:
 
 def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
+
+
+def bus_section(url: str, user: str, password_env: str, name: str, **fields: Any) -> dict[str, Any]:
+    """A `gateway.bus` section as the operator renders one: the password by `${env.NAME}`, never in the file;
+    `name` is the subject prefix and the bucket (one per test keeps tests on one server apart)."""
+    return {
+        "url": url,
+        "user": user,
+        "password": f"${{env.{password_env}}}",
+        "subject_prefix": name,
+        "bucket": name,
+        **fields,
+    }

@@ -31,7 +31,7 @@ from mcpg_gateway.contract.config import POLL_FLOOR_MS
 from mcpg_operator import bus
 from mcpg_testing import BOUND_S, programs
 from mcpg_testing.clients import Subscription, subscribed
-from mcpg_testing.configs import gateway_config, resource, watched
+from mcpg_testing.configs import bus_section, gateway_config, resource, watched
 from mcpg_testing.gateways import SENTINEL_TOKEN, SENTINEL_URI, sentinel
 from mcpg_testing.images import ImageEnv
 from mcpg_testing.recording_upstream import READER, ReadLog, serve_reads
@@ -321,13 +321,7 @@ def password_env(namespace: str) -> str:
 
 def tenant_config(team: Tenant, upstream: str, server: NatsServer) -> dict[str, Any]:
     """A namespace's gateway as the operator renders it in managed mode: its own account, shared names."""
-    block = {
-        "url": server.address,
-        "user": bus.account_user(team.namespace),
-        "password": f"${{env.{password_env(team.namespace)}}}",
-        "subject_prefix": bus.SHARED,
-        "bucket": bus.SHARED,
-    }
+    block = bus_section(server.address, bus.account_user(team.namespace), password_env(team.namespace), bus.SHARED)
     return member_config(team.namespace, upstream, block)
 
 

@@ -22,7 +22,7 @@ from mcpg_gateway import bus
 from mcpg_gateway.contract import config
 from mcpg_testing import BOUND_S, processes
 from mcpg_testing.clients import Subscription, subscribed
-from mcpg_testing.configs import gateway_config, watched
+from mcpg_testing.configs import bus_section, gateway_config, watched
 from mcpg_testing.gateways import ADMIN_TOKEN, SENTINEL_TOKEN, SENTINEL_URI, GatewayFactory, RunningGateway, sentinel
 from mcpg_testing.servers import NatsServer, ServerProcess, start_nats
 
@@ -88,14 +88,9 @@ class Setup:
 
     def config(self, instance: str, *resources: dict[str, Any]) -> dict[str, Any]:
         raw = gateway_config(*resources)
-        raw["gateway"]["bus"] = {
-            "url": self.server.address,
-            "user": self.server.user,
-            "password": f"${{env.{PASSWORD_ENV}}}",
-            "subject_prefix": self.name,
-            "bucket": self.name,
-            "instance": instance,
-        }
+        raw["gateway"]["bus"] = bus_section(
+            self.server.address, self.server.user, PASSWORD_ENV, self.name, instance=instance
+        )
         return raw
 
 

@@ -22,7 +22,7 @@ from mcpg_gateway import bus, errors, ownership
 from mcpg_testing import BOUND_S
 from mcpg_testing.clients import Subscription, refusal, subscribed
 from mcpg_testing.clock import ManualClock
-from mcpg_testing.configs import gateway_config, resource
+from mcpg_testing.configs import bus_section, gateway_config, resource
 from mcpg_testing.gateways import (
     ADMIN_TOKEN,
     SENTINEL_TOKEN,
@@ -105,15 +105,9 @@ class Cluster:
     def config(self, instance: str) -> dict[str, Any]:
         polled = resource("notes", POLLED, f"{self.upstream.url}/notes", {"type": "poll", "interval_ms": 10_000})
         raw = gateway_config(polled, sentinel(), resource("bad", "drive://bad", f"{self.upstream.url}/missing"))
-        raw["gateway"]["bus"] = {
-            "url": self.server.address,
-            "user": self.server.user,
-            "password": f"${{env.{PASSWORD_ENV}}}",
-            "subject_prefix": self.name,
-            "bucket": self.name,
-            "lease_ttl_s": 1,
-            "instance": instance,
-        }
+        raw["gateway"]["bus"] = bus_section(
+            self.server.address, self.server.user, PASSWORD_ENV, self.name, lease_ttl_s=1, instance=instance
+        )
         return raw
 
     async def start(self, *names: str) -> list[RunningGateway]:
