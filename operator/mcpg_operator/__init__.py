@@ -17,6 +17,8 @@ Module map:
       decision     the pure decision: token states, configuration, statuses, Events, and the writes
       write        performs the writes in the order rotation safety needs (`writes`: what a write is)
     rotation     the token rotation state machine (pure), and `tokens`: a token's Secret and persisted state
+    bus          the NATS bus of gateway replicas (pure); `bus_reconcile`: the cluster-wide step that runs the
+                 managed server, or removes one left over at start when none is used
     render       a namespace's gateway configuration from its watches, asked of the gateway's contract
     objects      pure builders of the gateway's Deployment, Service, ServiceAccount and configuration Secret
     statuses, events, conditions   what users see on the objects and in Events

@@ -74,6 +74,12 @@ def wiring(bus: BusSettings | None, namespace: str, replicas: int) -> Wiring | N
     return Wiring(bus.url, bus.credentials_secret, f"{SHARED}.{namespace}", external_bucket(namespace), managed=False)
 
 
+def runs_server(bus: BusSettings, replicas: int) -> bool:
+    """Whether the operator runs the managed server: managed mode and gateway replicas above 1. Otherwise a
+    server it ran before is left over, and removed (`bus_reconcile.leftovers`)."""
+    return bus.mode == "managed" and replicas > 1
+
+
 def managed_url(bus_namespace: str) -> str:
     return f"nats://{NAME}.{bus_namespace}.svc:{CLIENT_PORT}"
 

@@ -7,7 +7,8 @@ of kopf's own log: its change handlers (`on.create`/`on.update`/...) log the who
 
 With a managed bus (gateway replicas above 1), a second scheduler runs the cluster-wide bus step
 (`bus_reconcile`) under one key: at start, on every resync, when a bus credentials Secret changes, and after a
-namespace pass that gained or lost its bus credentials.
+namespace pass that gained or lost its bus credentials. Without one, a scheduler of its own removes a managed
+server left over from an earlier run: once, at start (retried only after a transient failure).
 """
 
 from __future__ import annotations
@@ -75,7 +76,11 @@ def _operator_settings() -> settings.OperatorSettings:
 
 
 async def _start(memo: kopf.Memo, config: settings.OperatorSettings) -> None:
-    kube = await Kube.connect()
+    start(memo, await Kube.connect(), config)
+
+
+def start(memo: kopf.Memo, kube: Client, config: settings.OperatorSettings) -> None:
+    """The schedulers and the resync, kept on `memo` for the handlers; `stop` stops them."""
     memo.kube = kube
     memo.bus = bus_scheduler(kube, config)
     after = follow_bus_accounts(memo.bus, config.bus.namespace) if memo.bus else None
@@ -84,20 +89,34 @@ async def _start(memo: kopf.Memo, config: settings.OperatorSettings) -> None:
         return reconcile.reconcile(kube, namespace, config.gateway, bus_settings=config.bus)
 
     memo.scheduler = Scheduler(run, settle_s=config.settle_s, after=after)
-    if memo.bus:
-        memo.bus.request(config.bus.namespace)
+    memo.leftovers = leftover_bus_removal(kube, config)
+    for at_start in filter(None, (memo.bus, memo.leftovers)):  # at most one of them: `bus.runs_server` decides
+        at_start.request(config.bus.namespace)
     memo.resync = asyncio.create_task(_resync([memo.scheduler, *([memo.bus] if memo.bus else [])], config.resync_s))
 
 
 def bus_scheduler(kube: Client, config: settings.OperatorSettings) -> Scheduler | None:
     """The scheduler of the cluster-wide bus step, keyed by the bus namespace; None unless a managed bus is used."""
-    if config.bus.mode != "managed" or config.gateway.replicas <= 1:
+    if not bus.runs_server(config.bus, config.gateway.replicas):
         return None
 
     def run(_: str) -> Awaitable[reconcile.Outcome]:
         return bus_reconcile.reconcile(kube, config.bus, config.watch_namespaces)
 
     return Scheduler(run, settle_s=config.settle_s, controller=metrics.BUS_CONTROLLER)
+
+
+def leftover_bus_removal(kube: Client, config: settings.OperatorSettings) -> Scheduler | None:
+    """The scheduler that removes a managed server left over: requested once, at start (so only by the replica
+    holding the Lease: kopf starts after it), never on resync. None while the server is in use, or when no bus
+    namespace is known (run by hand without POD_NAMESPACE)."""
+    if bus.runs_server(config.bus, config.gateway.replicas) or not config.bus.namespace:
+        return None
+
+    def run(namespace: str) -> Awaitable[reconcile.Outcome]:
+        return bus_reconcile.remove_leftovers(kube, namespace)
+
+    return Scheduler(run, controller=metrics.BUS_CONTROLLER)
 
 
 def follow_bus_accounts(bus_runs: Scheduler, key: str) -> After:
@@ -115,12 +134,17 @@ def follow_bus_accounts(bus_runs: Scheduler, key: str) -> After:
 
 @kopf.on.cleanup()
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+    await stop(memo)
+
+
+async def stop(memo: kopf.Memo) -> None:
+    """Undo `start`: the resync and the schedulers stop, then the client closes."""
     memo.resync.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await memo.resync
     await memo.scheduler.close()
-    if memo.bus:
-        await memo.bus.close()
+    for other in filter(None, (memo.bus, memo.leftovers)):
+        await other.close()
     await memo.kube.close()
 
 

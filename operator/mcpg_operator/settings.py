@@ -89,7 +89,8 @@ class BusSettings:
     mode: BusMode = "managed"
     """`MCPG_BUS_MODE`."""
     namespace: str = ""
-    """`MCPG_BUS_NAMESPACE`, else `POD_NAMESPACE`: where the managed server runs (needed in managed mode only)."""
+    """`MCPG_BUS_NAMESPACE`, else `POD_NAMESPACE`: where the managed server runs (required only when it does run:
+    managed mode, gateway replicas above 1). Otherwise, where a server left from such a run is removed at start."""
     image: str = "nats:2.11-alpine"
     """`MCPG_BUS_IMAGE`: the managed server's image (the official one: `nats-server` with JetStream)."""
     url: str = ""
@@ -223,7 +224,8 @@ def _bus(env: Mapping[str, str], replicas: int, problems: list[str]) -> BusSetti
     secret = env.get(f"{_BUS}CREDENTIALS_SECRET", "").strip()
     if mode == "external":
         _external_bus(url, secret, problems)
-        return BusSettings("external", "", image, url, secret)
+        # No server of ours runs, but one left from managed mode is removed from here (`bus_reconcile.leftovers`).
+        return BusSettings("external", _bus_namespace(env, 1, problems), image, url, secret)
     if mode != "managed":
         problems.append(f"{_BUS}MODE: must be one of {', '.join(BUS_MODES)}, got {mode[:80]!r}")
         return default

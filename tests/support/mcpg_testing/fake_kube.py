@@ -3,7 +3,9 @@
 Objects are stored by REST path; every write the operator makes is recorded, in order, in `writes`. What other
 actors do (a user editing a Secret, the Deployment controller rolling pods) goes through the helpers below and
 is never recorded, so a test can assert exactly what the operator wrote. Server-side apply is simplified to
-"the operator's field manager owns every field it sends": enough for one operator.
+"the operator's field manager owns every field it sends": enough for one operator. A list answers as the API
+server does: a namespace's collection (`/api/v1/namespaces/shop/secrets`) or every namespace's
+(`/api/v1/secrets`), in the order of the API server's storage keys, filtered by an equality-based label selector.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import copy
 import hashlib
 import itertools
 import json
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,10 +47,14 @@ class FakeKube:
         self.writes: list[Call] = []
         self._serial = itertools.count(1)
         self._refusals: dict[str, Refused] = {}
+        self._refused_reads: dict[str, Refused] = {}
 
-    def refuse(self, path: str, error: Refused) -> None:
-        """From now on, the API server refuses every write to `path` (an object) with `error`."""
+    def refuse(self, path: str, error: Refused, *, reads: bool = False) -> None:
+        """From now on, the API server refuses every write to `path` (an object) with `error`; `reads`: every
+        `get` of it too (as RBAC does to a role without that verb)."""
         self._refusals[path] = error
+        if reads:
+            self._refused_reads[path] = error
 
     def _admit(self, path: str, body: dict[str, Any] | None) -> None:
         """What the API server checks before any write: refusals set by a test, and the Secret size limit."""
@@ -65,14 +73,20 @@ class FakeKube:
     # --- the client interface (what the operator calls) ----------------------------------------------------
 
     async def get(self, path: str) -> dict[str, Any] | None:
+        if path in self._refused_reads:
+            raise self._refused_reads[path]
         obj = self.objects.get(path)
         return copy.deepcopy(obj) if obj is not None else None
 
     async def list(self, path: str, label_selector: str | None = None) -> list[dict[str, Any]]:
+        """The items of a namespace's collection, or of every namespace's (`/api/v1/secrets`), in the API
+        server's order: bytewise by its storage key `<namespace>/<name>`, which the paths sort the same as."""
+        inside = _collection(path)
+        requirements = _selector(label_selector)
         return [
             copy.deepcopy(obj)
             for key, obj in sorted(self.objects.items())
-            if key.rsplit("/", 1)[0] == path and _matches(obj, label_selector)
+            if inside(key.rsplit("/", 1)[0]) and _matches(obj, requirements)
         ]
 
     async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any] | None:
@@ -116,7 +130,11 @@ class FakeKube:
 
     async def delete(self, path: str) -> None:
         self.writes.append(Call("delete", path))
+        self._admit(path, None)
         self.objects.pop(path, None)
+
+    async def close(self) -> None:
+        """As `kube.Kube.close`: the operator's cleanup closes its client."""
 
     # --- what users and other controllers do (not recorded) -----------------------------------------------
 
@@ -277,14 +295,53 @@ def replicaset_name(template: dict[str, Any]) -> str:
     return f"{GATEWAY}-{digest[:10]}"
 
 
-def _matches(obj: dict[str, Any], selector: str | None) -> bool:
-    labels = obj.get("metadata", {}).get("labels") or {}
-    for term in filter(None, (selector or "").split(",")):
-        key, _, value = term.partition("=")
+def _collection(path: str) -> Callable[[str], bool]:
+    """Whether an object's parent path is in the collection at `path`: that namespace's, or every namespace's.
+
+    `/api/v1/secrets` (or `/apis/apps/v1/deployments`) is the cluster-wide list of a namespaced resource: the
+    objects under `/api/v1/namespaces/<any>/secrets`.
+    """
+    api, _, plural = path.rpartition("/")
+    everywhere = re.compile(rf"{re.escape(api)}/namespaces/[^/]+/{re.escape(plural)}")
+    return lambda parent: parent == path or everywhere.fullmatch(parent) is not None
+
+
+Requirement = tuple[str, str, str | None]
+"""(key, operator, value): `=` and `!=` compare the value, `exists` and `!` test the key."""
+
+
+def _selector(selector: str | None) -> list[Requirement]:
+    """An equality-based label selector (`k=v`, `k==v`, `k!=v`, `k`, `!k`), as the API server reads it.
+
+    Set-based terms (`k in (a,b)`) are refused rather than misread: nothing the operator sends uses them.
+    """
+    out: list[Requirement] = []
+    for term in (t.strip() for t in (selector or "").split(",") if t.strip()):
+        if "(" in term or ")" in term or " " in term:
+            raise ValueError(f"label selector term not supported by the fake: {term!r}")
         if term.startswith("!"):
-            if term[1:] in labels:
-                return False
-        elif key not in labels or (value and labels[key] != value):
+            out.append((term[1:], "!", None))
+            continue
+        for op in ("!=", "==", "="):
+            key, found, value = term.partition(op)
+            if found:
+                out.append((key, "!=" if op == "!=" else "=", value))
+                break
+        else:
+            out.append((term, "exists", None))
+    return out
+
+
+def _matches(obj: dict[str, Any], requirements: list[Requirement]) -> bool:
+    labels = obj.get("metadata", {}).get("labels") or {}
+    for key, op, value in requirements:
+        if op == "!" and key in labels:
+            return False
+        if op == "exists" and key not in labels:
+            return False
+        if op == "=" and labels.get(key) != value:
+            return False
+        if op == "!=" and key in labels and labels[key] == value:  # a missing key matches `!=`
             return False
     return True
 

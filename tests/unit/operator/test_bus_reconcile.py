@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 
 from mcpg_operator import bus, bus_reconcile, handlers, objects, observed, reconcile
-from mcpg_operator.kube import ns_path
 from mcpg_operator.scheduler import Scheduler
 from mcpg_operator.settings import BusSettings, GatewayDefaults, OperatorSettings
 from mcpg_testing.fake_kube import FakeKube
@@ -24,24 +23,6 @@ MANAGED = BusSettings(namespace=BUS_NS)
 EXTERNAL = BusSettings("external", url="nats://nats.example:4222", credentials_secret="nats-creds")
 THREE, ONE = GatewayDefaults(replicas=3), GatewayDefaults(replicas=1)
 CREDENTIALS = "mcpg-gateway-bus"
-
-
-class ClusterKube(FakeKube):
-    """The in-memory API, plus the cluster-wide list of a core collection (`/api/v1/secrets`) the bus step makes."""
-
-    async def list(self, path: str, label_selector: str | None = None) -> list[dict[str, Any]]:
-        if path != "/api/v1/secrets":
-            return await super().list(path, label_selector)
-        namespaces = sorted({key.split("/")[4] for key in self.objects if key.startswith("/api/v1/namespaces/")})
-        found = []
-        for ns in namespaces:  # a loop: `super()` does not work inside a comprehension here
-            found += await super().list(ns_path(ns, "secrets"), label_selector)
-        return found
-
-
-@pytest.fixture
-def kube() -> ClusterKube:
-    return ClusterKube()
 
 
 class Passwords:
@@ -91,7 +72,7 @@ def writes_to(kube: FakeKube, path_end: str) -> list[str]:
 
 
 async def test_a_namespaces_first_pass_with_three_replicas_creates_its_bus_secret_and_the_next_keeps_it(
-    kube: ClusterKube,
+    kube: FakeKube,
 ) -> None:
     kube.put(resourcewatch())
     tokens = Passwords()
@@ -108,7 +89,7 @@ async def test_a_namespaces_first_pass_with_three_replicas_creates_its_bus_secre
     assert writes_to(kube, f"/secrets/{CREDENTIALS}") == []
 
 
-async def test_the_bus_secret_exists_before_the_deployment_that_refers_to_it(kube: ClusterKube) -> None:
+async def test_the_bus_secret_exists_before_the_deployment_that_refers_to_it(kube: FakeKube) -> None:
     kube.put(resourcewatch())
     await run(kube)
     paths = [c.path for c in kube.writes]
@@ -116,7 +97,7 @@ async def test_the_bus_secret_exists_before_the_deployment_that_refers_to_it(kub
     assert created < paths.index(f"/apis/apps/v1/namespaces/shop/deployments/{objects.NAME}")
 
 
-async def test_the_gateway_of_three_replicas_gets_the_bus_block_env_and_client_ip_affinity(kube: ClusterKube) -> None:
+async def test_the_gateway_of_three_replicas_gets_the_bus_block_env_and_client_ip_affinity(kube: FakeKube) -> None:
     kube.put(resourcewatch())
     await run(kube)
     assert kube.template_config("shop")["gateway"]["bus"]["password"] == "${env.MCPG_BUS_PASSWORD}"
@@ -128,7 +109,7 @@ async def test_the_gateway_of_three_replicas_gets_the_bus_block_env_and_client_i
     assert service["spec"]["sessionAffinity"] == "ClientIP"
 
 
-async def test_with_one_replica_no_bus_secret_no_bus_block_and_no_affinity(kube: ClusterKube) -> None:
+async def test_with_one_replica_no_bus_secret_no_bus_block_and_no_affinity(kube: FakeKube) -> None:
     kube.put(resourcewatch())
     outcome = await run(kube, defaults=ONE)
     assert not outcome.bus_account
@@ -138,7 +119,7 @@ async def test_with_one_replica_no_bus_secret_no_bus_block_and_no_affinity(kube:
     assert service["spec"]["sessionAffinity"] == "None"
 
 
-async def test_the_bus_secret_is_owned_by_every_watch_so_it_stays_while_one_is_left(kube: ClusterKube) -> None:
+async def test_the_bus_secret_is_owned_by_every_watch_so_it_stays_while_one_is_left(kube: FakeKube) -> None:
     kube.put(resourcewatch("a"))
     await run(kube)
     kube.put(resourcewatch("b"))
@@ -147,20 +128,23 @@ async def test_the_bus_secret_is_owned_by_every_watch_so_it_stays_while_one_is_l
     assert sorted(o["name"] for o in secret["metadata"]["ownerReferences"]) == ["a", "b"]
 
 
-async def test_back_to_one_replica_the_bus_secret_goes_once_every_pod_runs_without_it(kube: ClusterKube) -> None:
+@pytest.mark.parametrize(("defaults", "settings"), [(ONE, MANAGED), (THREE, EXTERNAL)], ids=["one replica", "external"])
+async def test_back_to_one_replica_or_external_the_bus_secret_goes_once_every_pod_runs_without_it(
+    kube: FakeKube, defaults: GatewayDefaults, settings: BusSettings
+) -> None:
     kube.put(resourcewatch())
     await run(kube)
     kube.complete_rollout("shop")
-    outcome = await run(kube, defaults=ONE)  # the new template is applied; old pods may still read the Secret
-    assert outcome.bus_account
+    outcome = await run(kube, defaults=defaults, settings=settings)  # the new template is applied; old pods
+    assert outcome.bus_account  # may still read the Secret
     assert password(kube) is not None
     kube.complete_rollout("shop")
-    assert not (await run(kube, defaults=ONE)).bus_account
+    assert not (await run(kube, defaults=defaults, settings=settings)).bus_account
     assert password(kube) is None
 
 
 async def test_after_the_last_watch_the_garbage_collectors_removal_is_reported_as_a_lost_account(
-    kube: ClusterKube,
+    kube: FakeKube,
 ) -> None:
     kube.put(resourcewatch())
     await run(kube)
@@ -170,7 +154,7 @@ async def test_after_the_last_watch_the_garbage_collectors_removal_is_reported_a
     assert not (await run(kube)).bus_account
 
 
-async def test_a_pass_that_only_generates_a_webhook_token_reports_the_credentials_as_read(kube: ClusterKube) -> None:
+async def test_a_pass_that_only_generates_a_webhook_token_reports_the_credentials_as_read(kube: FakeKube) -> None:
     kube.put(webhooktoken(generate=True))
     kube.put(resourcewatch())
     first = await run(kube)
@@ -179,7 +163,7 @@ async def test_a_pass_that_only_generates_a_webhook_token_reports_the_credential
     assert (await run(kube)).bus_account
 
 
-async def test_an_external_bus_needs_no_secret_of_ours(kube: ClusterKube) -> None:
+async def test_an_external_bus_needs_no_secret_of_ours(kube: FakeKube) -> None:
     kube.put(resourcewatch())
     outcome = await run(kube, settings=EXTERNAL)
     assert not outcome.bus_account
@@ -188,7 +172,7 @@ async def test_an_external_bus_needs_no_secret_of_ours(kube: ClusterKube) -> Non
     assert (block["subject_prefix"], block["bucket"]) == ("mcpg.shop", "mcpg-shop")
 
 
-async def test_a_users_secret_of_the_same_name_is_never_touched(kube: ClusterKube) -> None:
+async def test_a_users_secret_of_the_same_name_is_never_touched(kube: FakeKube) -> None:
     kube.set_secret("shop", CREDENTIALS, user="me", password="mine")
     kube.put(resourcewatch())
     await run(kube)
@@ -201,7 +185,7 @@ async def test_a_users_secret_of_the_same_name_is_never_touched(kube: ClusterKub
 
 
 async def test_the_managed_server_lists_the_namespaces_account_and_a_second_run_writes_nothing(
-    kube: ClusterKube,
+    kube: FakeKube,
 ) -> None:
     kube.put(resourcewatch())
     await run(kube)
@@ -214,7 +198,7 @@ async def test_the_managed_server_lists_the_namespaces_account_and_a_second_run_
     assert kube.writes == []
 
 
-async def test_a_namespace_gaining_an_account_changes_the_config_and_rolls_the_server(kube: ClusterKube) -> None:
+async def test_a_namespace_gaining_an_account_changes_the_config_and_rolls_the_server(kube: FakeKube) -> None:
     kube.put(resourcewatch())
     await run(kube)
     await bus_reconcile.reconcile(kube, MANAGED)
@@ -226,7 +210,7 @@ async def test_a_namespace_gaining_an_account_changes_the_config_and_rolls_the_s
     assert server_hash(kube) != before
 
 
-async def test_without_any_account_the_server_is_removed_and_then_nothing_is_written(kube: ClusterKube) -> None:
+async def test_without_any_account_the_server_is_removed_and_then_nothing_is_written(kube: FakeKube) -> None:
     kube.put(resourcewatch())
     await run(kube)
     await bus_reconcile.reconcile(kube, MANAGED)
@@ -239,7 +223,7 @@ async def test_without_any_account_the_server_is_removed_and_then_nothing_is_wri
 
 
 async def test_a_namespace_whose_password_was_tampered_with_gets_no_account_and_the_value_is_not_logged(
-    kube: ClusterKube, caplog: pytest.LogCaptureFixture
+    kube: FakeKube, caplog: pytest.LogCaptureFixture
 ) -> None:
     for namespace in ("shop", "mail"):
         kube.put(in_ns(namespace, resourcewatch()))
@@ -256,7 +240,7 @@ async def test_a_namespace_whose_password_was_tampered_with_gets_no_account_and_
     assert evil not in caplog.text
 
 
-async def test_watching_listed_namespaces_reads_bus_secrets_only_there(kube: ClusterKube) -> None:
+async def test_watching_listed_namespaces_reads_bus_secrets_only_there(kube: FakeKube) -> None:
     for namespace in ("shop", "mail"):
         kube.put(in_ns(namespace, resourcewatch()))
         await run(kube, namespace)
@@ -265,11 +249,45 @@ async def test_watching_listed_namespaces_reads_bus_secrets_only_there(kube: Clu
     assert ('"mcpg-shop"' in conf, '"mcpg-mail"' in conf) == (True, False)
 
 
+# --- the in-memory API lists as the API server does ----------------------------------------------------------
+
+
+def labelled(namespace: str, name: str, **labels: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": namespace, "labels": labels}}
+
+
+async def test_the_fake_lists_a_resource_of_every_namespace_in_the_api_servers_order_and_by_label(
+    kube: FakeKube,
+) -> None:
+    for namespace, name in (("shop", "b"), ("mail", "z"), ("shop", "a"), ("mail-2", "a")):
+        kube.put(labelled(namespace, name, **{bus.CREDENTIALS_LABEL: "true"}))
+    kube.put(labelled("shop", "other", team="x"))
+    kube.put(in_ns("shop", resourcewatch()))
+
+    async def listed(path: str, selector: str | None = None) -> list[tuple[str, str]]:
+        return [(o["metadata"]["namespace"], o["metadata"]["name"]) for o in await kube.list(path, selector)]
+
+    # The API server's order is its storage keys' (`<namespace>/<name>`, bytewise): "mail-2/" sorts before "mail/".
+    every = [("mail-2", "a"), ("mail", "z"), ("shop", "a"), ("shop", "b")]
+    assert await listed("/api/v1/secrets", bus.CREDENTIALS_SELECTOR) == every
+    assert await listed("/api/v1/secrets") == [*every, ("shop", "other")]
+    assert await listed("/api/v1/namespaces/shop/secrets", "team!=y") == [
+        ("shop", "a"),
+        ("shop", "b"),
+        ("shop", "other"),
+    ]
+    assert await listed("/api/v1/secrets", f"!{bus.CREDENTIALS_LABEL},team==x") == [("shop", "other")]
+    assert await listed("/apis/mcpg.dev/v1alpha1/resourcewatches") == [("shop", "hook")]
+    assert await listed("/apis/apps/v1/secrets") == []  # another API group's collection of that name
+    with pytest.raises(ValueError, match="not supported"):
+        await kube.list("/api/v1/secrets", "team in (x,y)")
+
+
 # --- no password anywhere else ---------------------------------------------------------------------------------
 
 
 async def test_a_bus_password_appears_in_no_status_event_annotation_or_log_line(
-    kube: ClusterKube, caplog: pytest.LogCaptureFixture
+    kube: FakeKube, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
     kube.put(webhooktoken())
@@ -335,7 +353,7 @@ async def test_the_bus_step_follows_a_namespace_that_gains_or_loses_its_account_
     await bus_scheduler.close()
 
 
-async def test_the_bus_scheduler_runs_the_step_for_the_settings(kube: ClusterKube) -> None:
+async def test_the_bus_scheduler_runs_the_step_for_the_settings(kube: FakeKube) -> None:
     kube.put(resourcewatch())
     await run(kube)
     scheduler = handlers.bus_scheduler(kube, operator_settings(3))

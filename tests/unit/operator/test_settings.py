@@ -135,8 +135,8 @@ def test_an_external_bus_comes_from_the_environment() -> None:
         "MCPG_BUS_CREDENTIALS_SECRET": "nats-creds",
     }
     assert settings.load(env).bus == settings.BusSettings(
-        "external", "", "nats:2.11-alpine", "tls://nats.example:4222", "nats-creds"
-    )
+        "external", "ops", "nats:2.11-alpine", "tls://nats.example:4222", "nats-creds"
+    )  # the namespace: where a managed server left from before would be
 
 
 EXTERNAL = {"MCPG_BUS_MODE": "external", "MCPG_BUS_CREDENTIALS_SECRET": "nats-creds"}
