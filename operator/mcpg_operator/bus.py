@@ -265,13 +265,7 @@ def _deployment(namespace: str, image: str, config_hash: str) -> dict[str, Any]:
 def _pod(image: str) -> dict[str, Any]:
     return {
         "automountServiceAccountToken": False,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": 65532,
-            "runAsGroup": 65532,
-            "fsGroup": 65532,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": objects.pod_security(),
         "containers": [_container(image)],
         "volumes": [
             {"name": "config", "secret": {"secretName": CONFIG_SECRET, "defaultMode": 0o440}},
@@ -292,11 +286,7 @@ def _container(image: str) -> dict[str, Any]:
         "ports": [{"name": name, "containerPort": port, "protocol": "TCP"} for name, port in ports],
         "readinessProbe": {"httpGet": ready, "periodSeconds": 2, "timeoutSeconds": 2, "failureThreshold": 3},
         "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "512Mi"}},
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": objects.container_security(),
         "volumeMounts": [
             {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
             {"name": "data", "mountPath": DATA_DIR},

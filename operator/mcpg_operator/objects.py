@@ -121,6 +121,21 @@ def service(namespace: str, owners: list[dict[str, Any]], defaults: GatewayDefau
     }
 
 
+def pod_security() -> dict[str, Any]:
+    """The restricted Pod Security Standard, for every pod the operator renders (gateways and the bus)."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": 65532,
+        "runAsGroup": 65532,
+        "fsGroup": 65532,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def container_security() -> dict[str, Any]:
+    return {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}}
+
+
 def deployment(
     namespace: str,
     config_hash: str,
@@ -156,13 +171,7 @@ def _pod_template(
         "spec": {
             "serviceAccountName": NAME,
             "automountServiceAccountToken": False,
-            "securityContext": {
-                "runAsNonRoot": True,
-                "runAsUser": 65532,
-                "runAsGroup": 65532,
-                "fsGroup": 65532,
-                "seccompProfile": {"type": "RuntimeDefault"},
-            },
+            "securityContext": pod_security(),
             "terminationGracePeriodSeconds": GRACE_S,
             "containers": [_container(defaults, extra_env)],
             "volumes": [
@@ -201,11 +210,7 @@ def _container(defaults: GatewayDefaults, extra_env: Sequence[Mapping[str, Any]]
         "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}, **readiness},
         "livenessProbe": {"httpGet": {"path": "/healthz", "port": "http"}, **probe, "initialDelaySeconds": 5},
         "lifecycle": {"preStop": {"sleep": {"seconds": DRAIN_S}}},
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": container_security(),
         "volumeMounts": [
             {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
             {"name": "tmp", "mountPath": "/tmp"},  # noqa: S108 - an in-memory emptyDir, private to the pod
