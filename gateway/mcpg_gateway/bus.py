@@ -46,6 +46,8 @@ PUBLISH_TIMEOUT_S = 2.0
 RECONNECT_WAIT_S = 1
 CONNECT_TIMEOUT_S = 2
 KV_TIMEOUT_S = 2.0
+MALFORMED_LOG_EVERY_S = 60.0
+MALFORMED = "mcpg_bus_fires_malformed_total"
 HASH_HEX_CHARS = 32
 """128 bits of SHA-256: a URI never appears in a subject or a key (it may hold `.`, `*`, `>`), its hash does."""
 
@@ -109,6 +111,7 @@ class Bus:
         self._nc: NatsClient | None = None
         self._up = False
         self._quiet = False  # connection errors are logged once per outage, then at debug (no log storms)
+        self._malformed_logged_at = -MALFORMED_LOG_EVERY_S
         self._closed = False
         self._changed = asyncio.Condition()
         self._opener: asyncio.Task[None] | None = None
@@ -253,11 +256,20 @@ class Bus:
         except (ValueError, KeyError, TypeError):
             uri = None
         if not isinstance(uri, str) or fire_subject(self.cfg.subject_prefix, uri) != msg.subject:
-            logger.warning("ignored a malformed fire on the bus (subject %s)", msg.subject)
+            self._malformed()
             return
         self.metrics.fires_received.inc()
         if self.receiver is not None:
             await self.receiver(uri)
+
+    def _malformed(self) -> None:
+        # Only a client of this namespace's account can publish here; a flood of junk must not become a log
+        # storm, so it is counted always and logged at most once a minute.
+        self.metrics.fires_malformed.inc()
+        now = time.monotonic()
+        if now - self._malformed_logged_at >= MALFORMED_LOG_EVERY_S:
+            self._malformed_logged_at = now
+            logger.warning("ignored a message on the fire subjects that is not a fire (counted in %s)", MALFORMED)
 
     # --- the key-value buckets ---------------------------------------------------------------------------
 

@@ -78,6 +78,11 @@ class BusMetrics:
         self.fires_received = Counter(
             "mcpg_bus_fires_received_total", "Fires received from other gateways on the bus", registry=r
         )
+        self.fires_malformed = Counter(
+            "mcpg_bus_fires_malformed_total",
+            "Messages on the fire subjects that were not a fire (ignored): another client of the account",
+            registry=r,
+        )
         self.owned_watches = Gauge(
             "mcpg_bus_owned_watches", "Pull watches this gateway runs for all gateways (holds the lease of)", registry=r
         )

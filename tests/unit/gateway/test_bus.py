@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import secrets
@@ -306,3 +307,32 @@ async def test_without_jetstream_the_buckets_are_reported_once_clearly_and_webho
             await gw.shutdown()
     finally:
         server.stop()
+
+
+async def test_junk_on_the_fire_subjects_tells_nobody_is_counted_and_logged_once_not_per_message(
+    gateway_factory: GatewayFactory, bus_server: NatsServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another client of the account floods the fire subjects: not JSON, no `uri`, and a real URI on a subject
+    that is not its hash (a forged fire for the hook, sent where a fire of another URI would go)."""
+    setup = Setup(bus_server)
+    [gw] = await start(gateway_factory, setup, ["a"])
+    junk = [b"not json", b"{}", b'{"uri": 42}', f'{{"uri": "{HOOK}"}}'.encode()]
+    async with subscribers([gw], ["listen"], [HOOK, SENTINEL_URI]) as subs:
+        caplog.set_level(logging.WARNING, logger="mcpg_gateway.bus")
+        nc = await nats_py.connect(bus_server.url)
+        try:
+            for n in range(400):
+                await nc.publish(bus.fire_subject(setup.name, STOCK if n % 4 == 3 else HOOK), junk[n % 4])
+            # Then one well-formed fire on the same connection: it arrives after all the junk was handled.
+            fire = {"uri": SENTINEL_URI, "strategy": "webhook", "origin": "other"}
+            await nc.publish(bus.fire_subject(setup.name, SENTINEL_URI), json.dumps(fire).encode())
+            await nc.flush()
+        finally:
+            await nc.close()
+        [sub] = subs
+        assert await sub.next_update() == SENTINEL_URI
+        assert sub.drained() == []
+    assert sample(gw, "mcpg_bus_fires_malformed_total") == 400
+    assert sample(gw, "mcpg_bus_fires_received_total") == 1
+    warnings = [r for r in caplog.records if "not a fire" in r.getMessage()]
+    assert len(warnings) == 1
