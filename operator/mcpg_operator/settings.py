@@ -197,17 +197,23 @@ def _leader_election(env: Mapping[str, str], problems: list[str]) -> LeaderElect
 
 
 def _election_namespace(env: Mapping[str, str], enabled: bool, problems: list[str]) -> str:
-    # The variable named for the purpose wins over the pod's own namespace, which the chart always sets.
-    var = f"{_ELECTION}NAMESPACE" if env.get(f"{_ELECTION}NAMESPACE", "").strip() else "POD_NAMESPACE"
-    namespace = env.get(var, "").strip()
-    if enabled and not namespace:
-        problems.append(
-            f"{_ELECTION}NAMESPACE: where the Lease lives is unknown: set it or POD_NAMESPACE (the chart sets "
-            f"POD_NAMESPACE), or run a single replica with {_ELECTION}ENABLED=false"
-        )
+    missing = (
+        f"{_ELECTION}NAMESPACE: where the Lease lives is unknown: set it or POD_NAMESPACE (the chart sets "
+        f"POD_NAMESPACE), or run a single replica with {_ELECTION}ENABLED=false"
+    )
+    return _namespace(env, f"{_ELECTION}NAMESPACE", missing if enabled else None, problems)
+
+
+def _namespace(env: Mapping[str, str], var: str, missing: str | None, problems: list[str]) -> str:
+    """`var`, else POD_NAMESPACE: the variable named for the purpose wins over the pod's own namespace, which the
+    chart always sets. `missing`: the problem to report when neither is set (None: it may be unset)."""
+    used = var if env.get(var, "").strip() else "POD_NAMESPACE"
+    namespace = env.get(used, "").strip()
+    if missing is not None and not namespace:
+        problems.append(missing)
     elif namespace and not _DNS_LABEL.fullmatch(namespace):
-        problem = f"{var}: must be a namespace name, got {namespace[:80]!r}"
-        if problem not in problems:  # POD_NAMESPACE may have been named for the Lease already
+        problem = f"{used}: must be a namespace name, got {namespace[:80]!r}"
+        if problem not in problems:  # POD_NAMESPACE may have been named for another purpose already
             problems.append(problem)
     return namespace
 
@@ -270,16 +276,8 @@ def _bus_url_problem(url: str) -> str | None:
 
 
 def _bus_namespace(env: Mapping[str, str], replicas: int, problems: list[str]) -> str:
-    # As for the Lease: the variable named for the purpose wins over the pod's own namespace.
-    var = f"{_BUS}NAMESPACE" if env.get(f"{_BUS}NAMESPACE", "").strip() else "POD_NAMESPACE"
-    namespace = env.get(var, "").strip()
-    if replicas > 1 and not namespace:
-        problems.append(
-            f"{_BUS}NAMESPACE: gateway replicas above 1 share a managed NATS server, and where it runs is unknown: "
-            f"set it or POD_NAMESPACE (the chart sets POD_NAMESPACE), or set {_BUS}MODE=external"
-        )
-    elif namespace and not _DNS_LABEL.fullmatch(namespace):
-        problem = f"{var}: must be a namespace name, got {namespace[:80]!r}"
-        if problem not in problems:  # POD_NAMESPACE may have been named for the Lease already
-            problems.append(problem)
-    return namespace
+    missing = (
+        f"{_BUS}NAMESPACE: gateway replicas above 1 share a managed NATS server, and where it runs is unknown: "
+        f"set it or POD_NAMESPACE (the chart sets POD_NAMESPACE), or set {_BUS}MODE=external"
+    )
+    return _namespace(env, f"{_BUS}NAMESPACE", missing if replicas > 1 else None, problems)
