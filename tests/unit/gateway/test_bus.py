@@ -210,6 +210,25 @@ async def test_while_the_bus_is_down_a_webhook_gets_503_and_readyz_turns_unready
     assert (await post(strict, TOKEN)).status_code == 200
 
 
+async def test_a_webhook_arriving_while_the_gateway_reconnects_waits_for_it_instead_of_being_refused(
+    gateway_factory: GatewayFactory, bus_server: NatsServer
+) -> None:
+    """The managed server rolls when a namespace gains its account: each gateway reconnects once, within its
+    reconnect wait (1 s), and a webhook in that second is published, not answered 503."""
+    [gw] = await start(gateway_factory, Setup(bus_server), ["a"])
+    bus_server.kill()
+    try:
+        await until_connected(gw, False)
+    finally:
+        await asyncio.to_thread(bus_server.start)
+    assert gw.gw.bus is not None
+    assert not gw.gw.bus.connected, "reconnected before the webhook: nothing to wait for"
+    resp = await post(gw, TOKEN)
+    assert (resp.status_code, resp.json()) == (200, {"ok": True, "uri": HOOK})
+    assert sample(gw, "mcpg_bus_fires_published_total", result="ok") == 1
+    assert sample(gw, "mcpg_bus_fires_published_total", result="failed") == 0
+
+
 async def test_after_a_bus_outage_every_gateway_fires_each_uri_it_holds_once(
     gateway_factory: GatewayFactory, bus_server: NatsServer
 ) -> None:
