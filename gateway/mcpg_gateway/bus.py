@@ -110,6 +110,8 @@ class Bus:
         """Called on every connection (the first and each reconnect): the gateway fires what it holds."""
         self._nc: NatsClient | None = None
         self._up = False
+        self._losses = 0
+        """Connections lost so far: a publish awaiting its confirmation notices its connection went."""
         self._quiet = False  # connection errors are logged once per outage, then at debug (no log storms)
         self._malformed_logged_at = -MALFORMED_LOG_EVERY_S
         self._closed = False
@@ -153,21 +155,50 @@ class Bus:
                 logger.debug("closing the bus connection: %s", self._describe(e))
 
     async def publish(self, uri: str, strategy: str) -> None:
-        """Publish one fire of `uri`, confirmed by the server, or raise `BusUnavailableError` (within ~2 s)."""
-        nc = self._nc if self.connected else await self._reconnected(PUBLISH_TIMEOUT_S)
-        if nc is None:
-            self.metrics.fires_published.labels("failed").inc()
-            raise BusUnavailableError("the gateway cannot reach its bus")
+        """Publish one fire of `uri`, confirmed by the server, or raise `BusUnavailableError` (within ~2 s).
+
+        A connection lost before the server confirmed the fire is waited for, and the fire published again on
+        the new one: the first may or may not have gone out, and told twice is the bus's rule, never not told.
+        (nats-py drops the confirmation of a flush on a lost connection; it would only time out.)"""
+        subject = fire_subject(self.cfg.subject_prefix, uri)
         payload = json.dumps({"uri": uri, "strategy": strategy, "origin": self.instance}).encode()
-        try:
-            async with asyncio.timeout(PUBLISH_TIMEOUT_S):
-                await nc.publish(fire_subject(self.cfg.subject_prefix, uri), payload)
-                await nc.flush(timeout=PUBLISH_TIMEOUT_S)  # type: ignore[arg-type]  # nats-py annotates int; a float works
-        except ERRORS as e:
-            self.metrics.fires_published.labels("failed").inc()
-            logger.warning("publishing a fire on the bus at %s failed: %s", self.where, self._describe(e))
-            raise BusUnavailableError("the gateway could not publish on its bus") from None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + PUBLISH_TIMEOUT_S
+        confirmed = False
+        while not confirmed:
+            nc = self._nc if self.connected else await self._reconnected(deadline - loop.time())
+            if nc is None:
+                self.metrics.fires_published.labels("failed").inc()
+                raise BusUnavailableError("the gateway cannot reach its bus")
+            try:
+                confirmed = await self._confirmed(nc, subject, payload, deadline)
+            except ERRORS as e:
+                self.metrics.fires_published.labels("failed").inc()
+                logger.warning("publishing a fire on the bus at %s failed: %s", self.where, self._describe(e))
+                raise BusUnavailableError("the gateway could not publish on its bus") from None
         self.metrics.fires_published.labels("ok").inc()
+
+    async def _confirmed(self, nc: NatsClient, subject: str, payload: bytes, deadline: float) -> bool:
+        """Publish and wait for the server's confirmation: True, or False if the connection was lost first.
+        Raises `TimeoutError` at `deadline` (loop time), or what publishing raised."""
+        losses = self._losses
+        lost = asyncio.ensure_future(self.until(lambda: self._losses != losses))
+        sent = asyncio.ensure_future(self._send(nc, subject, payload))
+        try:
+            async with asyncio.timeout_at(deadline):
+                await asyncio.wait({lost, sent}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (lost, sent):
+                task.cancel()
+            await asyncio.gather(lost, sent, return_exceptions=True)
+        if lost.done() and not lost.cancelled():
+            return False
+        sent.result()  # its error, if it failed on a connection that is still up
+        return True
+
+    async def _send(self, nc: NatsClient, subject: str, payload: bytes) -> None:
+        await nc.publish(subject, payload)
+        await nc.flush(timeout=PUBLISH_TIMEOUT_S)  # type: ignore[arg-type]  # nats-py annotates int; a float works
 
     async def _reconnected(self, wait_s: float) -> NatsClient | None:
         """The client once connected again, waiting up to `wait_s`; None at once if the bus is past its grace.
@@ -230,7 +261,9 @@ class Bus:
             self._spawn(self.on_connect(), "mcpg bus fire held")
 
     async def _on_disconnected(self) -> None:
+        self._losses += 1
         if self._closed or not self._up:
+            await self._notify()
             return
         self._up, self._quiet = False, True
         self.health.down(time.monotonic())

@@ -26,6 +26,7 @@ from mcpg_testing.clients import Subscription, subscribed
 from mcpg_testing.configs import bus_section, gateway_config, watched
 from mcpg_testing.gateways import ADMIN_TOKEN, SENTINEL_TOKEN, SENTINEL_URI, GatewayFactory, RunningGateway, sentinel
 from mcpg_testing.servers import NatsServer, ServerProcess, start_nats
+from mcpg_testing.tcpproxy import TcpProxy
 
 HOOK, TOKEN = "drive://folder/reports", "tok"
 STOCK = "stock://items"
@@ -227,6 +228,33 @@ async def test_a_webhook_arriving_while_the_gateway_reconnects_waits_for_it_inst
     assert (resp.status_code, resp.json()) == (200, {"ok": True, "uri": HOOK})
     assert sample(gw, "mcpg_bus_fires_published_total", result="ok") == 1
     assert sample(gw, "mcpg_bus_fires_published_total", result="failed") == 0
+
+
+async def test_a_connection_lost_before_the_server_confirmed_a_fire_is_published_again_on_the_next(
+    gateway_factory: GatewayFactory, bus_server: NatsServer
+) -> None:
+    """A server restarting behind its Service drops connections mid-request: the fire never reached it, and
+    nats-py forgets the confirmation it awaited. The webhook is published on the next connection (200), and
+    the other gateway's subscriber is told, rather than the sender getting 503 after a 2 s timeout."""
+    proxy = TcpProxy("127.0.0.1", bus_server.port)
+    await proxy.start()
+    setup = Setup(bus_server)
+    try:
+        raw = setup.config("cut", *webhook_resources())
+        raw["gateway"]["bus"]["url"] = f"nats://{proxy.address}"
+        cut = await gateway_factory(raw, setup.env)
+        [told] = await start(gateway_factory, setup, ["told"])
+        async with subscribers([told], ["listen"], [HOOK, SENTINEL_URI]) as subs:
+            proxy.cut_on_next_write()
+            resp = await post(cut, TOKEN)
+            assert proxy.cuts == 1, "the fire was not the next thing the gateway wrote"
+            assert (resp.status_code, resp.json()) == (200, {"ok": True, "uri": HOOK})
+            assert await subs[0].next_update() == HOOK
+            await only_sentinel_follows(told, subs)
+        assert sample(cut, "mcpg_bus_fires_published_total", result="ok") == 1
+        assert sample(cut, "mcpg_bus_fires_published_total", result="failed") == 0
+    finally:
+        await proxy.close()
 
 
 async def test_after_a_bus_outage_every_gateway_fires_each_uri_it_holds_once(
