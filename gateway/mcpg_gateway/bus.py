@@ -203,8 +203,8 @@ class Bus:
     async def _reconnected(self, wait_s: float) -> NatsClient | None:
         """The client once connected again, waiting up to `wait_s`; None at once if the bus is past its grace.
 
-        A server restart (the managed server rolls when a namespace gains its account) costs each gateway one
-        reconnect: a webhook arriving in that second waits for it instead of being refused."""
+        A server restart (a new image, a node drained) costs each gateway one reconnect: a webhook arriving in
+        that second waits for it instead of being refused."""
         if self.unready():
             return None
         try:

@@ -35,7 +35,25 @@ CREDENTIALS_SELECTOR = f"{CREDENTIALS_LABEL}=true"
 """Lists every namespace's bus credentials Secret, cluster-wide, and nothing else."""
 URL_ENV, USER_ENV, PASSWORD_ENV, INSTANCE_ENV = "MCPG_BUS_URL", "MCPG_BUS_USER", "MCPG_BUS_PASSWORD", "POD_NAME"
 CLIENT_PORT, MONITOR_PORT = 4222, 8222
-CONFIG_DIR, DATA_DIR = "/etc/nats", "/data"
+CONFIG_DIR, DATA_DIR, RUN_DIR = "/etc/nats", "/data", "/var/run/nats"
+PID_FILE = f"{RUN_DIR}/nats.pid"
+RELOAD_EVERY_S = 2
+"""How often the reloader compares the mounted configuration with the one the server last loaded."""
+RELOADER = """\
+# Reload nats-server when its mounted configuration changes: the kubelet rewrites a Secret volume in place.
+# On start it reloads once as well, in case the file changed before this container began watching it.
+trap 'exit 0' TERM
+config="$1" pid_file="$2" applied=""
+while true; do
+  current="$(sha256sum < "$config")"
+  if [ "$current" != "$applied" ] && [ -s "$pid_file" ] && nats-server --signal "reload=$pid_file"; then
+    echo "config-reloader: nats-server reloaded $config ($current)"
+    applied="$current"
+  fi
+  sleep "$3"
+done
+"""
+"""The sidecar's program, for the image's busybox `sh`: no second image to trust, pin and pull."""
 SELECTOR = {"app.kubernetes.io/name": NAME}
 LABELS = {**objects.MANAGED, **SELECTOR}
 SHARED = "mcpg"
@@ -196,6 +214,8 @@ def server_args() -> list[str]:
     return [
         "--config",
         f"{CONFIG_DIR}/{CONFIG_KEY}",
+        "--pid",
+        PID_FILE,
         "--jetstream",
         "--store_dir",
         f"{DATA_DIR}/jetstream",
@@ -208,9 +228,7 @@ def server_args() -> list[str]:
 
 def managed_objects(namespace: str, image: str, passwords: Mapping[str, str]) -> list[dict[str, Any]]:
     """The managed server in `namespace`: its configuration Secret, Service and Deployment, in that order."""
-    text = nats_config(passwords)
-    digest = hashlib.sha256(text.encode()).hexdigest()
-    return [_config_secret(namespace, text), _service(namespace), _deployment(namespace, image, digest)]
+    return [_config_secret(namespace, nats_config(passwords)), _service(namespace), _deployment(namespace, image)]
 
 
 def _meta(name: str, namespace: str) -> dict[str, Any]:
@@ -237,7 +255,7 @@ def _service(namespace: str) -> dict[str, Any]:
     }
 
 
-def _deployment(namespace: str, image: str, config_hash: str) -> dict[str, Any]:
+def _deployment(namespace: str, image: str) -> dict[str, Any]:
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -253,11 +271,10 @@ def _deployment(namespace: str, image: str, config_hash: str) -> dict[str, Any]:
             # server's key-value store is its own; both heal by the rule for any reconnect (every held URI is
             # told once, pull watches elect their owners again).
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
-            "template": {
-                # The hash rolls the server when the accounts change: it reads its configuration only at start.
-                "metadata": {"labels": dict(LABELS), "annotations": {objects.HASH_ANNOTATION: config_hash}},
-                "spec": _pod(image),
-            },
+            # No configuration hash on the template: a namespace gaining or losing its account is a reload of
+            # the running server (`_reloader`), not a new server. Rolling one cost every namespace a reconnect,
+            # a fire of every URI it held and its key-value state, each time any namespace came or went.
+            "template": {"metadata": {"labels": dict(LABELS)}, "spec": _pod(image)},
         },
     }
 
@@ -266,9 +283,11 @@ def _pod(image: str) -> dict[str, Any]:
     return {
         "automountServiceAccountToken": False,
         "securityContext": objects.pod_security(),
-        "containers": [_container(image)],
+        "shareProcessNamespace": True,  # the reloader signals the server; same user, no capability needed
+        "containers": [_container(image), _reloader(image)],
         "volumes": [
             {"name": "config", "secret": {"secretName": CONFIG_SECRET, "defaultMode": 0o440}},
+            {"name": "run", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
             {"name": "data", "emptyDir": {}},
         ],
     }
@@ -289,9 +308,36 @@ def _container(image: str) -> dict[str, Any]:
         "securityContext": objects.container_security(),
         "volumeMounts": [
             {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+            {"name": "run", "mountPath": RUN_DIR},
             {"name": "data", "mountPath": DATA_DIR},
         ],
     }
+
+
+def _reloader(image: str) -> dict[str, Any]:
+    """The sidecar that reloads the server when the kubelet updates its mounted configuration.
+
+    nats-server applies new and removed accounts on a reload without dropping the other accounts' connections
+    or JetStream state. The kubelet refreshes a Secret volume within its sync period (about a minute), so a
+    new namespace's gateways may wait that long for their account; nobody else notices.
+    """
+    return {
+        "name": "config-reloader",
+        "image": image,
+        # Paths as arguments, not inside the script: the test tier's local kubelet maps mount paths there.
+        "command": ["sh", "-c", RELOADER, "config-reloader", *_reloader_args()],
+        "resources": {"requests": {"cpu": "5m", "memory": "8Mi"}, "limits": {"memory": "32Mi"}},
+        "securityContext": objects.container_security(),
+        "volumeMounts": [
+            {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+            {"name": "run", "mountPath": RUN_DIR, "readOnly": True},
+        ],
+    }
+
+
+def _reloader_args() -> list[str]:
+    """`$1`, `$2`, `$3` of the reloader's script: what to watch, whom to signal, how often to look."""
+    return [f"{CONFIG_DIR}/{CONFIG_KEY}", PID_FILE, str(RELOAD_EVERY_S)]
 
 
 def _b64(text: str) -> str:

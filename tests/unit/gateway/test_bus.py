@@ -214,7 +214,7 @@ async def test_while_the_bus_is_down_a_webhook_gets_503_and_readyz_turns_unready
 async def test_a_webhook_arriving_while_the_gateway_reconnects_waits_for_it_instead_of_being_refused(
     gateway_factory: GatewayFactory, bus_server: NatsServer
 ) -> None:
-    """The managed server rolls when a namespace gains its account: each gateway reconnects once, within its
+    """A server restart (a new image, a node drained) costs each gateway one reconnect, within its
     reconnect wait (1 s), and a webhook in that second is published, not answered 503."""
     [gw] = await start(gateway_factory, Setup(bus_server), ["a"])
     bus_server.kill()

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import base64
+import queue
 import re
+import subprocess
+import threading
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,6 +17,8 @@ import yaml
 from mcpg_gateway.contract import check
 from mcpg_operator import bus, objects, observed, render
 from mcpg_operator.settings import BusSettings, GatewayDefaults
+from mcpg_testing import BOUND_S
+from mcpg_testing.processes import wait_until
 
 MANAGED = BusSettings(namespace="mcpg-system")
 EXTERNAL = BusSettings("external", url="tls://nats.example:4222", credentials_secret="nats-creds")
@@ -195,24 +202,86 @@ def test_the_config_secret_holds_nats_conf() -> None:
 
 def test_the_server_runs_nats_with_jetstream_its_store_and_ports_as_arguments() -> None:
     pod = managed()["Deployment"]["spec"]["template"]["spec"]
-    [container] = pod["containers"]
+    container = pod["containers"][0]
     assert (container["name"], container["image"], container["command"]) == (
         "nats",
         "nats:2.11-alpine",
         ["nats-server"],
     )
     assert container["args"] == [
-        *("--config", "/etc/nats/nats.conf", "--jetstream", "--store_dir", "/data/jetstream"),
-        *("--port", "4222", "--http_port", "8222"),
+        *("--config", "/etc/nats/nats.conf", "--pid", "/var/run/nats/nats.pid"),
+        *("--jetstream", "--store_dir", "/data/jetstream", "--port", "4222", "--http_port", "8222"),
     ]
     assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"client": 4222, "monitor": 8222}
     assert container["readinessProbe"]["httpGet"] == {"path": "/healthz?js-enabled-only=true", "port": 8222}
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
-    assert mounts == {"config": "/etc/nats", "data": "/data"}
+    assert mounts == {"config": "/etc/nats", "run": "/var/run/nats", "data": "/data"}
     assert volumes["config"]["secret"]["secretName"] == "mcpg-bus-config"
     assert volumes["data"]["emptyDir"] == {}
     assert pod["automountServiceAccountToken"] is False
+
+
+def test_a_sidecar_of_the_same_image_reloads_the_server_from_its_pid_file_sharing_its_process_namespace() -> None:
+    pod = managed()["Deployment"]["spec"]["template"]["spec"]
+    server, reloader = pod["containers"]
+    assert pod["shareProcessNamespace"] is True
+    assert reloader["image"] == server["image"]
+    program, flag, script, name, *args = reloader["command"]
+    assert (program, flag, name, args) == (
+        "sh",
+        "-c",
+        "config-reloader",
+        ["/etc/nats/nats.conf", "/var/run/nats/nats.pid", "2"],
+    )
+    assert 'nats-server --signal "reload=$pid_file"' in script
+    assert {m["name"]: (m["mountPath"], m.get("readOnly")) for m in reloader["volumeMounts"]} == {
+        "config": ("/etc/nats", True),
+        "run": ("/var/run/nats", True),
+    }
+    assert reloader["securityContext"] == server["securityContext"]
+
+
+def forward(stream: Iterable[str] | None, to: queue.Queue[str]) -> None:
+    for line in stream or ():
+        to.put(line)
+
+
+def test_the_reloader_signals_the_server_once_at_start_and_then_only_when_the_file_changes(tmp_path: Path) -> None:
+    """The script run by a real `sh`, with recording stand-ins on PATH: `nats-server` records each signal and
+    `sha256sum` each look at the file (then does the real work), so "no reload while unchanged" is asserted
+    after two looks, not after a guess at how long a look takes."""
+    config_file, pid_file, signals, looks = (tmp_path / n for n in ("nats.conf", "nats.pid", "signals", "looks"))
+    config_file.write_text("accounts {}\n")
+    pid_file.write_text("4242\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    stand_ins = {"nats-server": f'echo "$*" >> {signals}', "sha256sum": f"echo >> {looks}; exec /usr/bin/sha256sum"}
+    for name, body in stand_ins.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    [reloader] = [c for c in managed()["Deployment"]["spec"]["template"]["spec"]["containers"] if c["name"] != "nats"]
+    program, flag, script, name, *_ = reloader["command"]
+    argv = [program, flag, script, name, str(config_file), str(pid_file), "0.05"]
+
+    def looked() -> int:
+        return len(looks.read_text().splitlines()) if looks.exists() else 0
+
+    with subprocess.Popen(argv, env={"PATH": f"{bin_dir}:/usr/bin:/bin"}, stdout=subprocess.PIPE, text=True) as proc:
+        lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=forward, args=(proc.stdout, lines), daemon=True).start()
+        try:
+            assert "reloaded" in lines.get(timeout=BOUND_S)  # once at start
+            config_file.write_text('accounts { "mcpg-shop": {} }\n')
+            assert "reloaded" in lines.get(timeout=BOUND_S)  # the change
+            config_file.write_text('accounts { "mcpg-shop": {} }\n')  # rewritten as it was
+            after = looked()
+            wait_until(lambda: looked() >= after + 2, BOUND_S, "the reloader to look at the file twice more")
+            proc.terminate()
+            assert proc.wait(timeout=BOUND_S) == 0  # SIGTERM ends it cleanly
+        finally:
+            proc.kill()
+    assert signals.read_text().splitlines() == [f"--signal reload={pid_file}"] * 2
 
 
 def test_one_server_whose_successor_is_ready_before_it_stops() -> None:
@@ -227,12 +296,8 @@ def test_the_service_is_the_client_port_of_the_server() -> None:
     assert spec["ports"] == [{"name": "client", "port": 4222, "targetPort": "client", "protocol": "TCP"}]
 
 
-def test_a_change_of_accounts_rolls_the_server_and_the_same_accounts_do_not() -> None:
-    def rolled_by(passwords: dict[str, str]) -> str:
-        annotations = managed(passwords)["Deployment"]["spec"]["template"]["metadata"]["annotations"]
-        return str(annotations[objects.HASH_ANNOTATION])
-
-    one = rolled_by({"shop": PASSWORD})
-    assert rolled_by({"shop": PASSWORD}) == one
-    assert rolled_by({"shop": PASSWORD, "mail": "m" * 43}) != one
+def test_a_change_of_accounts_changes_the_config_secret_and_never_the_server_deployment() -> None:
+    one, two = managed({"shop": PASSWORD}), managed({"shop": PASSWORD, "mail": "m" * 43})
+    assert one["Deployment"] == two["Deployment"]  # reloaded by the sidecar, never rolled
+    assert one["Secret"]["data"] != two["Secret"]["data"]
     assert PASSWORD not in yaml.safe_dump(managed()["Deployment"])
