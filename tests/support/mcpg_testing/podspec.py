@@ -2,9 +2,12 @@
 
 The local kubelet (`kubelet.py`) turns a pod into a `Launch`: the argv, the environment and the files of its
 volumes. Nothing here reads the cluster; Secrets and ConfigMaps come in through a `Lookup`, Services through a
-`Services`, so every rule is unit-testable. Three mappings make a pod runnable beside others on one machine, and
-all are applied the same way to the container's command, args and env values (each value or argument on its
-own), never to the pod as the operator rendered it:
+`Services`, so every rule is unit-testable. The files of one Secret or ConfigMap volume on their own
+(`projecting`, `volume_files`) are what the kubelet rewrites in a running pod when that object changes.
+
+Three mappings make a pod runnable beside others on one machine, and all are applied the same way to the
+container's command, args and env values (each value or argument on its own), never to the pod as the operator
+rendered it:
 
 - **Service names** (cluster DNS). Every `<service>.<namespace>.svc:<port>` in the text (also spelled
   `.svc.cluster.local`, with or without the trailing dot, in any letter case; inside a URL such as
@@ -284,20 +287,46 @@ def _volume_files(
             continue
         target = volume_dir(pod_dir, volume["name"])
         dirs.append(target)
-        if "emptyDir" in volume:
-            continue
-        kind, source, name_key = _volume_source(volume)
-        obj = lookup(kind, source[name_key])
-        if obj is None and not source.get("optional"):
-            raise ConfigError(f"volume {volume['name']!r}: {kind.lower()} {source[name_key]!r} not found")
-        data = _data(kind, obj)
-        mode = int(source.get("defaultMode", 0o644))
-        items = source.get("items") or [{"key": k, "path": k} for k in data]
-        for item in items:
-            if item["key"] not in data:
-                raise ConfigError(f"volume {volume['name']!r}: key {item['key']!r} not found")
-            files[target / item["path"]] = (data[item["key"]], int(item.get("mode", mode)))
+        if "emptyDir" not in volume:
+            files |= _projected_files(volume, target, lookup)
     return files, dirs
+
+
+def projecting(pod: Mapping[str, Any], kind: str, name: str) -> list[str]:
+    """The pod's volumes that project Secret or ConfigMap (`kind`) `name` and that a container mounts: what a
+    kubelet rewrites when that object changes."""
+    mounted = {m["name"] for c in pod["spec"]["containers"] for m in c.get("volumeMounts", [])}
+    found = []
+    for volume in pod["spec"].get("volumes", []):
+        if volume["name"] in mounted and ("secret" in volume or "configMap" in volume):
+            source_kind, source, name_key = _volume_source(volume)
+            if (source_kind, source[name_key]) == (kind, name):
+                found.append(volume["name"])
+    return found
+
+
+def volume_files(pod: Mapping[str, Any], volume: str, pod_dir: Path, lookup: Lookup) -> dict[Path, tuple[bytes, int]]:
+    """The files of the pod's Secret or ConfigMap volume named `volume` as `lookup` finds its object now: what
+    `build` writes for it; ConfigError as `build` raises it (a key its `items` names is gone, say)."""
+    [spec] = [v for v in pod["spec"].get("volumes", []) if v["name"] == volume]
+    return _projected_files(spec, volume_dir(pod_dir, volume), lookup)
+
+
+def _projected_files(volume: Mapping[str, Any], target: Path, lookup: Lookup) -> dict[Path, tuple[bytes, int]]:
+    """A Secret or ConfigMap volume's files under `target`: every key, or its `items`, with their modes."""
+    kind, source, name_key = _volume_source(volume)
+    obj = lookup(kind, source[name_key])
+    if obj is None and not source.get("optional"):
+        raise ConfigError(f"volume {volume['name']!r}: {kind.lower()} {source[name_key]!r} not found")
+    data = _data(kind, obj)
+    mode = int(source.get("defaultMode", 0o644))
+    items = source.get("items") or [{"key": k, "path": k} for k in data]
+    files: dict[Path, tuple[bytes, int]] = {}
+    for item in items:
+        if item["key"] not in data:
+            raise ConfigError(f"volume {volume['name']!r}: key {item['key']!r} not found")
+        files[target / item["path"]] = (data[item["key"]], int(item.get("mode", mode)))
+    return files
 
 
 def _volume_source(volume: Mapping[str, Any]) -> tuple[str, Mapping[str, Any], str]:
