@@ -18,6 +18,7 @@ import hashlib
 import json
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -225,3 +226,57 @@ async def rollout_in_the_middle(
             assert await post(f"{base}{hook}") == 200
             await told_once_each(subs, URI)
         await assert_nothing_else(subs, sentinel)
+
+
+def bus_pod(plane: ControlPlane) -> tuple[str, str, list[int]]:
+    """The managed bus's one running pod: name, uid and each container's restart count."""
+    listed = get(plane, "-n", installation.OPERATOR_NAMESPACE, "pods", "-l", "app.kubernetes.io/name=mcpg-bus")
+    [pod] = [p for p in listed["items"] if p["metadata"].get("deletionTimestamp") is None]
+    restarts = [c["restartCount"] for c in pod["status"].get("containerStatuses", [])]
+    return pod["metadata"]["name"], pod["metadata"]["uid"], restarts
+
+
+def pod_log(plane: ControlPlane, ns: str, name: str, container: str | None = None) -> str:
+    """What a container of a local pod printed (its first container's by default)."""
+    record = plane.local_pods()[f"{ns}/{name}"]
+    return Path(record["containers"][container]["log"] if container else record["log"]).read_text()
+
+
+def reloads_of(plane: ControlPlane, bus: str) -> int:
+    """How many times the bus pod's sidecar has reloaded its server so far."""
+    log = pod_log(plane, installation.OPERATOR_NAMESPACE, bus, "config-reloader")
+    return log.count("config-reloader: nats-server reloaded")
+
+
+async def test_a_namespace_joining_the_bus_reloads_the_server_and_no_other_namespace_notices(
+    control_plane: ControlPlane, operators: OperatorReplicas, namespace: str
+) -> None:
+    """A second namespace gains its account by a reload of the running server (the sidecar), not a new server:
+    the first namespace's gateways keep their connections, and the second's can publish through it."""
+    docs = "\n---\n".join(yaml.safe_dump(d) for d in manifests())
+    first, second = namespace, f"{namespace}-2"
+    control_plane.kubectl("-n", first, "apply", "-f", "-", stdin=docs)
+    control_plane.kubectl("-n", first, "wait", "--for=condition=Ready", "resourcewatch/reports", "--timeout=150s")
+    control_plane.kubectl(
+        "-n", installation.OPERATOR_NAMESPACE, "rollout", "status", "deploy/mcpg-bus", f"--timeout={ROLLOUT_S:.0f}s"
+    )
+    before = bus_pod(control_plane)
+    first_pods = gateway_pods(control_plane, first)
+    reloads = reloads_of(control_plane, before[0])
+    control_plane.kubectl("create", "namespace", second)
+    try:
+        control_plane.kubectl("-n", second, "apply", "-f", "-", stdin=docs)
+        control_plane.kubectl("-n", second, "wait", "--for=condition=Ready", "resourcewatch/reports", "--timeout=150s")
+        hook = f"/webhooks/resource-updated/{token(control_plane, second, 'reports')}"
+        second_pods = gateway_pods(control_plane, second)
+        assert len(second_pods) == 3, second_pods
+        for base in second_pods.values():  # 200 only once the fire is on the bus: the account exists
+            assert await post(f"{base}{hook}") == 200
+
+        assert bus_pod(control_plane) == before, "the bus was replaced or restarted, not reloaded"
+        assert reloads_of(control_plane, before[0]) > reloads, "the server joined the account without a reload?"
+        for name in first_pods:
+            assert "lost the bus" not in pod_log(control_plane, first, name), f"{name} lost its bus connection"
+        assert gateway_pods(control_plane, first) == first_pods
+    finally:
+        control_plane.kubectl("delete", "namespace", second, "--wait=false", "--ignore-not-found")
