@@ -254,13 +254,7 @@ def test_a_pods_containers_share_its_volumes_and_it_is_ready_only_once_every_con
     assert httpx2.get(f"http://127.0.0.1:{record['ports']['8080']}/readyz").status_code == 200
 
     # "half"'s sidecar waits for a file nobody writes: its gateway alone is ready, and so the pod is not
-    half = wait_for_pod(
-        control_plane,
-        namespace,
-        "half",
-        lambda p: statuses(p).get("gateway", {}).get("ready") is True,
-        "the gateway container of the half-ready pod to be ready",
-    )
+    half = gateway_ready(control_plane, namespace, "half")
     assert statuses(half)["sidecar"]["ready"] is False
     assert "running" in statuses(half)["sidecar"]["state"]
     assert (condition(half, "ContainersReady"), condition(half, "Ready")) == ("False", "False")
@@ -272,19 +266,20 @@ def test_a_pods_containers_share_its_volumes_and_it_is_ready_only_once_every_con
     assert "gateway stopped" in Path(record["log"]).read_text()  # SIGTERM reached the gateway through `exec`
 
 
+def gateway_ready(plane: ControlPlane, ns: str, name: str) -> dict[str, Any]:
+    """The pod once its `gateway` container is ready, whatever its other containers are doing."""
+    return wait_for_pod(
+        plane, ns, name, lambda p: statuses(p).get("gateway", {}).get("ready") is True, f"{name}'s gateway to be ready"
+    )
+
+
 def test_a_container_whose_image_no_runtime_runs_waits_in_err_image_pull_and_keeps_its_pod_unready(
     control_plane: ControlPlane, namespace: str
 ) -> None:
     mixed = pod("mixed")
     mixed["spec"]["containers"].append({"name": "box", "image": "busybox:1.36", "command": ["sleep", "1000"]})
     apply(control_plane, namespace, config_secret(), mixed)
-    seen = wait_for_pod(
-        control_plane,
-        namespace,
-        "mixed",
-        lambda p: statuses(p).get("gateway", {}).get("ready") is True,
-        "the gateway container to be ready",
-    )
+    seen = gateway_ready(control_plane, namespace, "mixed")
     waiting = statuses(seen)["box"]["state"]["waiting"]
     assert waiting["reason"] == "ErrImagePull"
     assert "'busybox:1.36'" in waiting["message"]
