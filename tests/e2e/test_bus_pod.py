@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import nats
-import yaml
 from nats.aio.client import Client as NATS
 
 from mcpg_testing import runtimes
 from mcpg_testing.controlplane import ControlPlane
+from mcpg_testing.pods import apply, get_pod, is_ready
 from mcpg_testing.processes import pid_alive, wait_until
 
 BOUND_S = 60.0
@@ -113,19 +113,6 @@ def kwok_pod() -> dict[str, Any]:
     """A pod of another repository with `nats` in its name: kwok's, which makes it Ready without running it."""
     container = {"name": "box", "image": "natsio/nats-box:0.14.5"}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "nats-box"}, "spec": {"containers": [container]}}
-
-
-def is_ready(pod: dict[str, Any]) -> bool:
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in pod.get("status", {}).get("conditions", []))
-
-
-def apply(plane: ControlPlane, ns: str, *docs: dict[str, Any]) -> None:
-    plane.kubectl("-n", ns, "apply", "-f", "-", stdin="\n---\n".join(yaml.safe_dump(d) for d in docs))
-
-
-def get_pod(plane: ControlPlane, ns: str, name: str) -> dict[str, Any]:
-    result = plane.kubectl("-n", ns, "get", "pod", name, "-o", "json", check=False)
-    return json.loads(result.stdout) if result.returncode == 0 else {}
 
 
 def waiting(pod: dict[str, Any]) -> dict[str, Any]:

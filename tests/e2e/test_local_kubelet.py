@@ -23,6 +23,7 @@ import yaml
 
 from mcpg_testing import configs, runtimes
 from mcpg_testing.controlplane import ControlPlane
+from mcpg_testing.pods import apply, get_pod, is_ready
 from mcpg_testing.processes import pid_alive, wait_until
 
 BOUND_S = 60.0
@@ -62,22 +63,9 @@ def pod(name: str, *, args: list[str] | None = None, ready_path: str = "/readyz"
     }
 
 
-def apply(plane: ControlPlane, ns: str, *docs: dict[str, Any]) -> None:
-    plane.kubectl("-n", ns, "apply", "-f", "-", stdin="\n---\n".join(yaml.safe_dump(d) for d in docs))
-
-
-def get_pod(plane: ControlPlane, ns: str, name: str) -> dict[str, Any]:
-    result = plane.kubectl("-n", ns, "get", "pod", name, "-o", "json", check=False)
-    return json.loads(result.stdout) if result.returncode == 0 else {}
-
-
 def container_status(p: dict[str, Any]) -> dict[str, Any]:
     statuses = p.get("status", {}).get("containerStatuses") or [{}]
     return dict(statuses[0])
-
-
-def is_ready(p: dict[str, Any]) -> bool:
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in p.get("status", {}).get("conditions", []))
 
 
 def wait_ready(plane: ControlPlane, ns: str, *names: str) -> None:
