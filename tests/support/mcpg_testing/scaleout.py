@@ -356,12 +356,16 @@ async def keys(client: NatsClient, bucket: str) -> set[str] | None:
 async def assert_unreadable_by(other: Tenant, owner: Tenant, bucket: str) -> None:
     """`owner`'s account has keys in `bucket`; `other`'s credentials, asking for the same bucket, reach none."""
 
+    owned: set[str] = set()
+
     async def written() -> bool:
-        return bool(await keys(owner.client, bucket))
+        # Kept from the listing that found them: in one CI run a second listing right after it came back empty
+        # (not reproduced by rewriting a key 300 times under listings; the cause is not pinned down). What is
+        # asserted below, that the other account reaches none of them, does not depend on it.
+        owned.update(await keys(owner.client, bucket) or ())
+        return bool(owned)
 
     await eventually(written, BOUND_S, f"{owner.namespace}'s gateway writing into {bucket}")
-    owned = await keys(owner.client, bucket)
-    assert owned
     seen = await keys(other.client, bucket)
     assert seen is None or not seen & owned
     if seen is not None:
