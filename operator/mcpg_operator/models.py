@@ -91,6 +91,8 @@ class BackendSpec(_Spec):
 
 class PollSpec(_Spec):
     interval_ms: int = Field(default=60_000, gt=0)
+    ignore: list[str] = Field(default_factory=list)
+    """JSON Pointers left out of the hash; the gateway's contract checks them (`watch.strategy.ignore`)."""
 
 
 class LocalRef(_Spec):
