@@ -16,6 +16,8 @@ class Doc:
     status: int = 200
     content_type: str = "application/json"
     delay: asyncio.Event | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    """Response headers besides Content-Type (a Retry-After)."""
 
 
 @dataclass
@@ -25,8 +27,16 @@ class Upstream:
     hits: dict[str, int] = field(default_factory=dict)
     headers_seen: list[dict[str, str]] = field(default_factory=list)
 
-    def set(self, path: str, body: bytes | str, status: int = 200, content_type: str = "application/json") -> None:
-        self.docs[path] = Doc(body.encode() if isinstance(body, str) else body, status, content_type)
+    def set(
+        self,
+        path: str,
+        body: bytes | str,
+        status: int = 200,
+        content_type: str = "application/json",
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        data = body.encode() if isinstance(body, str) else body
+        self.docs[path] = Doc(data, status, content_type, headers=dict(headers or {}))
 
 
 @contextlib.asynccontextmanager
@@ -43,7 +53,7 @@ async def serve() -> AsyncIterator[Upstream]:
             return web.json_response({"error": "not found"}, status=404)
         if doc.delay is not None:
             await doc.delay.wait()
-        return web.Response(body=doc.body, status=doc.status, content_type=doc.content_type)
+        return web.Response(body=doc.body, status=doc.status, content_type=doc.content_type, headers=doc.headers)
 
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", handle)
