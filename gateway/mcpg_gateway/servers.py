@@ -1,5 +1,8 @@
 """The gateway's servers: both HTTP servers and the MCP session manager on one event loop, and a graceful stop.
 
+Each port has a connection guard (`connections.py`): a cap on open connections and deadlines for request
+headers and bodies, so idle or slow clients cannot starve the webhook route, the probes or the admin API.
+
 Stop order matters: answer every subscriptions/listen stream (so clients see a deliberate end, not a drop),
 stop accepting connections, close MCP sessions (which ends their GET streams), then stop the watchers (which
 releases their leases on the bus) and close the bus. At start the bus is connected first, within a bound: an
@@ -18,7 +21,7 @@ from dataclasses import dataclass
 import uvicorn
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
-from mcpg_gateway import admin_app, mcp_handlers, public_app
+from mcpg_gateway import admin_app, connections, mcp_handlers, public_app
 from mcpg_gateway.gateway import Gateway
 
 logger = logging.getLogger(__name__)
@@ -40,12 +43,12 @@ class _Server(uvicorn.Server):
         yield
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def _bind(host: str, port: int, guard: connections.Guard) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # proto must say TCP: asyncio sets TCP_NODELAY on accepted connections only for sockets whose proto is
     # IPPROTO_TCP. With proto 0, Nagle plus delayed ACKs held each response and SSE event for ~40 ms
     # (webhook throughput measured 707 req/s before, 2,696 after, on one core).
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock = connections.GuardedSocket(guard, family, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.listen(2048)
@@ -53,10 +56,25 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _uvicorn(app: object, graceful_s: float) -> _Server:
-    return _Server(
-        uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False, timeout_graceful_shutdown=graceful_s)  # type: ignore[arg-type]
+def _uvicorn(app: object, graceful_s: int, guard: connections.Guard) -> _Server:
+    config = uvicorn.Config(
+        app,  # type: ignore[arg-type]  # a Starlette or plain ASGI app; uvicorn's type names its own protocols
+        lifespan="off",
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=graceful_s,
+        http=connections.protocol_for(guard),
+        # No WebSocket upgrades: an upgraded connection would leave the guarded protocol, and its count.
+        ws="none",
     )
+    return _Server(config)
+
+
+def _guards(gw: Gateway) -> tuple[connections.Guard, connections.Guard]:
+    """The public and admin ports' guards, each capped so that both fit under the open-files limit."""
+    limits = gw.config.gateway.limits
+    cap = connections.per_port_cap(limits.connections, ports=2)
+    return connections.Guard("public", cap, limits, gw.metrics), connections.Guard("admin", cap, limits, gw.metrics)
 
 
 async def serve(
@@ -72,29 +90,32 @@ async def serve(
         mcp_handlers.build_server(gw),
         stateless=False,
         session_idle_timeout=gw.config.gateway.server.session_idle_timeout_s,
+        max_sessions=gw.config.gateway.limits.sessions_total,
     )
-    public_sock, admin_sock = _bind(host, port), _bind(host, admin_port)
-    public = _uvicorn(public_app.build(gw, manager), graceful_s=3)
-    admin = _uvicorn(admin_app.build(gw), graceful_s=1)
+    public_guard, admin_guard = _guards(gw)
+    public_sock, admin_sock = _bind(host, port, public_guard), _bind(host, admin_port, admin_guard)
+    public = _uvicorn(public_app.build(gw, manager), graceful_s=3, guard=public_guard)
+    admin = _uvicorn(admin_app.build(gw), graceful_s=1, guard=admin_guard)
     try:
         await gw.start()
-        async with manager.run():
-            tasks = [
-                asyncio.create_task(public.serve(sockets=[public_sock])),
-                asyncio.create_task(admin.serve(sockets=[admin_sock])),
-            ]
-            addrs = Addresses(host, public_sock.getsockname()[1], admin_sock.getsockname()[1])
-            logger.info("gateway serving MCP on %s:%d, admin on %s:%d", host, addrs.port, host, addrs.admin_port)
-            if on_ready is not None:
-                on_ready(addrs)
-            stopper = asyncio.create_task(stop.wait())
-            await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
-            stopper.cancel()
-            gw.subscribers.end_listen_streams()
-            if not await gw.subscribers.wait_listen_streams_ended(LISTEN_DRAIN_TIMEOUT_S):
-                logger.warning("some listen streams did not end in time; closing them with their sessions")
-            public.should_exit = admin.should_exit = True
-        await asyncio.gather(*tasks)
+        with connections.accept_errors_logged(asyncio.get_running_loop(), gw.metrics):
+            async with manager.run():
+                tasks = [
+                    asyncio.create_task(public.serve(sockets=[public_sock])),
+                    asyncio.create_task(admin.serve(sockets=[admin_sock])),
+                ]
+                addrs = Addresses(host, public_sock.getsockname()[1], admin_sock.getsockname()[1])
+                logger.info("gateway serving MCP on %s:%d, admin on %s:%d", host, addrs.port, host, addrs.admin_port)
+                if on_ready is not None:
+                    on_ready(addrs)
+                stopper = asyncio.create_task(stop.wait())
+                await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
+                stopper.cancel()
+                gw.subscribers.end_listen_streams()
+                if not await gw.subscribers.wait_listen_streams_ended(LISTEN_DRAIN_TIMEOUT_S):
+                    logger.warning("some listen streams did not end in time; closing them with their sessions")
+                public.should_exit = admin.should_exit = True
+            await asyncio.gather(*tasks)
     finally:
         await gw.aclose()
         public_sock.close()

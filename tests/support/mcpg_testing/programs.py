@@ -131,11 +131,19 @@ class GatewayProcess(GatewayUrls):
 
 @contextlib.contextmanager
 def gateway(
-    image: ImageEnv, config: Path, environ: Mapping[str, str] | None = None, cwd: Path | None = None
+    image: ImageEnv,
+    config: Path,
+    environ: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    nofile: str | None = None,
 ) -> Iterator[GatewayProcess]:
-    """`mcpg-gateway --config config` from `image`, serving on free loopback ports until the block ends."""
+    """`mcpg-gateway --config config` from `image`, serving on free loopback ports until the block ends.
+
+    `nofile`: the child's RLIMIT_NOFILE as `prlimit --nofile` takes it ("SOFT:HARD"), for it alone."""
     argv = image.command("mcpg-gateway", "--config", str(config), "--host", "127.0.0.1")
     argv += ["--port", "0", "--admin-port", "0"]  # the kernel picks; the log line says which
+    if nofile is not None:
+        argv = ["prlimit", f"--nofile={nofile}", "--", *argv]  # prlimit execs the gateway: same pid, signals reach it
     with Program(argv, image.environ(**(environ or {})), cwd) as program:
         match = SERVING.search(program.wait_for("serving MCP on"))
         assert match is not None, program.seen[-1]
