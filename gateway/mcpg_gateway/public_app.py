@@ -1,8 +1,12 @@
-"""The public HTTP surface (port 8080): /mcp, the webhook route, and health.
+"""The public HTTP surface (port 8080): /mcp, the webhook route, health, and the server card.
 
 /mcp checks the Origin first (`origins.py`), then the bearer token (`identity.protect`: the SDK's auth
-middleware); the webhook route is gated by its token in the path, and health by nothing. /readyz answers 503
-while the gateway is stopping, and on a bus once the bus has been unreachable for longer than a short grace.
+middleware), then the principal's share of sessions (`sessions.py`); the webhook route is gated by its token
+in the path, and health by nothing. /readyz answers 503 while the gateway is stopping, and on a bus once the
+bus has been unreachable for longer than a short grace. The server card (`card.py`) is gated by nothing
+either, because it holds no secret: it is encoded once here, since the configuration never changes in a
+running process, and with `server.server_card` off its path is not routed at all, so it answers 404 like any
+unknown path.
 
 The MCP session manager is not tied to a Starlette lifespan here: `servers.py` enters it around both servers,
 so a shutdown can answer listen streams first and close sessions before the HTTP servers stop.
@@ -10,6 +14,7 @@ so a shutdown can answer listen streams first and close sessions before the HTTP
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
@@ -19,21 +24,29 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from mcpg_gateway import identity, origins, webhooks
+from mcpg_gateway import card, identity, origins, sessions, webhooks
 from mcpg_gateway.gateway import Gateway
+
+CARD_CACHE_CONTROL = "public, max-age=300"
+"""A directory may keep the card a few minutes: it changes only when the gateway restarts with a new config."""
 
 
 def build(gw: Gateway, manager: StreamableHTTPSessionManager) -> ASGIApp:
     """The webhook route (plain ASGI, see webhooks.py) in front of a Starlette app for the rest."""
     server = gw.config.gateway.server
-    mcp_endpoint = origins.OriginGuard(
-        identity.protect(StreamableHTTPASGIApp(manager), gw.identity, gw.metrics), server.allowed_origins
+    # Behind authentication, so the session limit knows whose session a request would open (`sessions.py`).
+    sessions_app = sessions.SessionLimit(
+        StreamableHTTPASGIApp(manager), manager, gw.config.gateway.limits.sessions_per_principal, gw.metrics
     )
+    mcp_endpoint = origins.OriginGuard(identity.protect(sessions_app, gw.identity, gw.metrics), server.allowed_origins)
     routes = [
         Route("/mcp", endpoint=mcp_endpoint),
         Route("/healthz", endpoint=_healthz),
         Route("/readyz", endpoint=_readyz(gw)),
     ]
+    if server.server_card:
+        body = json.dumps(card.server_card(gw.config, card.surface(manager))).encode()
+        routes.append(Route(card.PATH, endpoint=_server_card(body), methods=["GET"]))
 
     async def fire(uri: str) -> None:
         await gw.announce(uri, "webhook")
@@ -43,6 +56,13 @@ def build(gw: Gateway, manager: StreamableHTTPSessionManager) -> ASGIApp:
 
 async def _healthz(request: Request) -> Response:
     return JSONResponse({"ok": True})
+
+
+def _server_card(body: bytes) -> Callable[[Request], Awaitable[Response]]:
+    async def server_card(request: Request) -> Response:
+        return Response(body, media_type="application/json", headers={"Cache-Control": CARD_CACHE_CONTROL})
+
+    return server_card
 
 
 def _readyz(gw: Gateway) -> Callable[[Request], Awaitable[Response]]:

@@ -1,0 +1,194 @@
+"""What the gateway publishes about itself: the server card, and the mark on each watched entry it lists.
+
+A directory, or a client deciding whether to connect, should learn how to subscribe here without a session:
+`GET /.well-known/mcp/server-card.json` (unauthenticated, `public_app.py`) answers `server_card(...)`, built once
+at startup because a running process never changes its configuration. Its `capabilities` are what the
+handshake returns, taken from the MCP server itself, so the card cannot drift from what a client is told.
+
+The card is unauthenticated, so it holds nothing a caller could not learn by connecting with any valid
+credential: no backend URL, header, token, digest, principal or bus setting, and no entry guarded by a
+read policy. Listing such an entry would reveal that it exists, which a refused read never does (it is word
+for word "unknown resource"); the card says where those entries are listed instead.
+
+The listed entries carry the same knowledge: a watched resource or template ends its description with one
+generated sentence (`SUBSCRIBABLE_SENTENCE`, never written by hand) and carries `_meta[SUBSCRIBABLE_META_KEY]`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import mcp.types as types
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp_types import methods
+from mcp_types.version import (
+    HANDSHAKE_PROTOCOL_VERSIONS,
+    LATEST_HANDSHAKE_VERSION,
+    LATEST_MODERN_VERSION,
+    MODERN_PROTOCOL_VERSIONS,
+)
+
+from mcpg_gateway.contract import config
+from mcpg_gateway.endings import REASONS, SUBSCRIBABLE_META_KEY, WATCH_END_META_KEY, WATCH_META_KEY
+
+PATH = "/.well-known/mcp/server-card.json"
+MCP_ENDPOINT = "/mcp"
+LISTEN, SUBSCRIBE = "subscriptions/listen", "resources/subscribe"
+LISTEN_SINCE = MODERN_PROTOCOL_VERSIONS[0]
+SUBSCRIBE_SINCE = HANDSHAKE_PROTOCOL_VERSIONS[0]
+
+# One sentence, no semicolon, nothing a strict gateway validator rejects (no quotes, brackets, backticks).
+SUBSCRIBABLE_SENTENCE = (
+    f"Subscribable: {LISTEN} (protocol {LISTEN_SINCE}), or {SUBSCRIBE} on a stateful session (earlier protocols)."
+)
+
+E = TypeVar("E", config.ResourceConfig, config.ResourceTemplateConfig)
+
+_LEASE_FIELDS = frozenset({"idle_after_s", "slow_interval_ms", "lifetime_s"})
+_LIMIT_FIELDS = frozenset(
+    {
+        "watches_per_principal",
+        "watches_total",
+        "listen_streams_per_principal",
+        "listen_streams_total",
+        "sessions_per_principal",
+    }
+)
+
+
+# --- the mark on a listed entry --------------------------------------------------------------------------------
+
+
+def description(entry: config.Entry) -> str | None:
+    """The entry's own description; for a watched entry, followed by the one generated sentence."""
+    if entry.watch is None:
+        return entry.description or None
+    own = entry.description.rstrip()
+    return f"{own} {SUBSCRIBABLE_SENTENCE}" if own else SUBSCRIBABLE_SENTENCE
+
+
+def meta(entry: config.Entry) -> dict[str, Any] | None:
+    """`_meta` of a listed entry: the subscribable flag on a watched one, nothing on the rest."""
+    return {SUBSCRIBABLE_META_KEY: True} if entry.watch is not None else None
+
+
+# --- the card --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Surface:
+    """What the MCP server tells a client about itself when it connects, in each protocol era, as sent."""
+
+    name: str
+    version: str
+    instructions: str | None
+    handshake: dict[str, Any]
+    """The capabilities of the `initialize` result at `LATEST_HANDSHAKE_VERSION`, as on the wire."""
+    modern: dict[str, Any]
+    """The capabilities of the `server/discover` result at `LATEST_MODERN_VERSION`, as on the wire."""
+    stateful: bool
+    """Sessions are kept: the only way a `resources/subscribe` can be told anything (on the session's GET stream)."""
+
+
+def surface(manager: StreamableHTTPSessionManager) -> Surface:
+    """The surface of the server `manager` serves, built the way the SDK builds each answer, then sent through
+    the SDK's own per-version serializer, so the card says what a client reads and not what a model holds."""
+    server = manager.app
+    init = server.create_initialization_options()
+    handshake = types.InitializeResult(
+        protocol_version=LATEST_HANDSHAKE_VERSION,
+        capabilities=init.capabilities,
+        server_info=types.Implementation(name=init.server_name, version=init.server_version),
+        instructions=init.instructions,
+    )
+    modern = types.DiscoverResult(
+        supported_versions=list(MODERN_PROTOCOL_VERSIONS),
+        capabilities=server.get_capabilities(protocol_version=LATEST_MODERN_VERSION),
+    )
+    return Surface(
+        name=init.server_name,
+        version=init.server_version,
+        instructions=init.instructions,
+        handshake=_sent_capabilities("initialize", LATEST_HANDSHAKE_VERSION, handshake),
+        modern=_sent_capabilities("server/discover", LATEST_MODERN_VERSION, modern),
+        stateful=not manager.stateless,
+    )
+
+
+def _sent_capabilities(method: str, version: str, result: types.Result) -> dict[str, Any]:
+    # The serializer keeps only what `version`'s schema has (a 2025-11-25 initialize carries no `extensions`).
+    dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+    capabilities: dict[str, Any] = methods.serialize_server_result(method, version, dumped)["capabilities"]
+    return capabilities
+
+
+def server_card(cfg: config.GatewayConfig, served: Surface) -> dict[str, Any]:
+    """The card as JSON-ready data: a pure function of the configuration and the server's surface."""
+    return {
+        "serverInfo": {"name": served.name, "version": served.version},
+        "supportedProtocolVersions": [*HANDSHAKE_PROTOCOL_VERSIONS, *MODERN_PROTOCOL_VERSIONS],
+        "transport": {"type": "streamable-http", "endpoint": MCP_ENDPOINT},
+        "authentication": {"schemes": ["bearer"], "anonymous": cfg.gateway.auth.anonymous.enabled},
+        "capabilities": served.handshake,
+        "instructions": served.instructions,
+        "subscriptions": _subscriptions(cfg, served),
+    }
+
+
+def _subscriptions(cfg: config.GatewayConfig, served: Surface) -> dict[str, Any]:
+    methods = _methods(served)
+    caps = cfg.mcp.capabilities
+    return {
+        "supported": any(method["available"] for method in methods.values()),
+        "methods": methods,
+        "subscribable_uris": [r.uri for r in _public_watched(caps.resources)],
+        "subscribable_uri_templates": [t.uri_template for t in _public_watched(caps.resource_templates)],
+        "unlisted": (
+            "Only entries every authenticated caller may read are listed here. A resource with a read policy "
+            "is listed by resources/list to the callers who may read it, and templates by resources/templates/list."
+        ),
+        "subscribable_meta_key": SUBSCRIBABLE_META_KEY,
+        "notification": (
+            "notifications/resources/updated with the URI only, sent when that URI's watch sees a change "
+            "(a read would return something new, or its event source fired); read it again to see what changed."
+        ),
+        "notification_meta_key": WATCH_META_KEY,
+        "end_reasons": list(REASONS),
+        "end_reason_meta_key": WATCH_END_META_KEY,
+        "ending": (
+            f"A {LISTEN} the gateway ends is answered with a result whose _meta carries the reason and a "
+            f"sentence of advice. A {SUBSCRIBE} ends with its session and carries no reason."
+        ),
+        "lease": cfg.gateway.subscriptions.model_dump(include=set(_LEASE_FIELDS)),
+        "limits": cfg.gateway.limits.model_dump(include=set(_LIMIT_FIELDS)),
+    }
+
+
+def _methods(served: Surface) -> dict[str, dict[str, Any]]:
+    """Per method: whether this deployment answers it, on which protocols, and what it needs."""
+    return {
+        LISTEN: {
+            "available": _subscribe(served.modern),
+            "since_protocol": LISTEN_SINCE,
+            "protocols": list(MODERN_PROTOCOL_VERSIONS),
+            "requires": "the request held open: it is the stream its notifications and its ending arrive on",
+        },
+        SUBSCRIBE: {
+            "available": served.stateful and _subscribe(served.handshake),
+            "since_protocol": SUBSCRIBE_SINCE,
+            "protocols": list(HANDSHAKE_PROTOCOL_VERSIONS),
+            "requires": "a stateful session: its Mcp-Session-Id on each request, notifications on its GET stream",
+        },
+    }
+
+
+def _subscribe(capabilities: dict[str, Any]) -> bool:
+    """What an era's capabilities promise about subscribing (at 2026-07-28 the SDK derives it from listen)."""
+    return capabilities.get("resources", {}).get("subscribe") is True
+
+
+def _public_watched(entries: Sequence[E]) -> list[E]:
+    """Watched entries with no read policy: any authenticated caller may read them, so naming them reveals nothing."""
+    return [e for e in entries if e.watch is not None and e.read_policy is None]
