@@ -6,6 +6,8 @@ go to the later ResourceWatch (by creation time, then name), so the gateway neve
 entry, and then the whole configuration, is put to the gateway's own start-up check (`contract.check`, with
 the plugin kinds its image installs): the contract is checked here, not discovered when a pod crash-loops. With
 gateway replicas sharing a bus, the `gateway.bus` block (`bus.gateway_block`) goes into every configuration.
+The operator's `gateway.limits`, `gateway.subscriptions` and `server_card` go into every one too, as far as its
+settings set them (`GatewayDefaults`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from mcpg_gateway.contract import check, config
 from mcpg_operator import bus, models, objects, observed, rotation
@@ -375,7 +377,11 @@ def _strategy(watch: models.WatchSpec, tokens: TokenStates, secrets: SecretData)
         return {"type": "sql_polling", "url": url, "query": sql.query, "interval_ms": sql.interval_ms}
     if watch.plugin is not None:
         return {**watch.plugin.config, "type": "plugin", "kind": watch.plugin.kind}
-    return {"type": "poll", "interval_ms": (watch.poll or models.PollSpec()).interval_ms}
+    poll = watch.poll or models.PollSpec()
+    strategy: dict[str, Any] = {"type": "poll", "interval_ms": poll.interval_ms}
+    if poll.ignore:  # only when set: a configuration (and its hash) without it renders as before
+        strategy["ignore"] = list(poll.ignore)
+    return strategy
 
 
 def _webhook(token_name: str, tokens: TokenStates) -> dict[str, Any]:
@@ -427,11 +433,23 @@ def _gateway_config(
     auth: dict[str, Any] | None,
     bus_block: dict[str, Any] | None,
 ) -> dict[str, Any]:
-    gateway: dict[str, Any] = {"server": {"allowed_origins": list(defaults.allowed_origins)}}
+    server: dict[str, Any] = {"allowed_origins": list(defaults.allowed_origins)}
+    if defaults.server_card is not None:
+        server["server_card"] = defaults.server_card
+    gateway: dict[str, Any] = {"server": server}
     if auth is not None:
         gateway["auth"] = auth
     if defaults.nats_url:
         gateway["nats"] = {"url": defaults.nats_url}
     if bus_block is not None:
         gateway["bus"] = bus_block
+    for name, section in (("limits", defaults.limits), ("subscriptions", defaults.subscriptions)):
+        if chosen := _set_only(section):
+            gateway[name] = chosen
     return {"mcp": {"capabilities": entries}, "gateway": gateway}
+
+
+def _set_only(section: BaseModel) -> dict[str, Any]:
+    """The keys the operator's settings gave, as validated; the rest stays the gateway's default (see
+    `GatewayDefaults.limits`). Plain JSON types, so the hash and the Secret's YAML are those of what is served."""
+    return section.model_dump(mode="json", exclude_unset=True)

@@ -19,6 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_core import ErrorDetails
+
+from mcpg_gateway.contract import config
 
 
 class SettingsError(ValueError):
@@ -47,6 +50,17 @@ class GatewayDefaults(BaseModel):
     http_node_port: int | None = Field(default=None, ge=30000, le=32767)
     """A fixed node port for the public port; a cluster has each only once, so set it for one namespace's gateway."""
     admin_node_port: int | None = Field(default=None, ge=30000, le=32767)
+    # The gateway's own settings, set once for every gateway rendered. Validated with the contract's models, so a
+    # value the gateway would refuse stops the operator at start instead of every gateway pod. Only what was set
+    # is rendered (`render._gateway_config`): the keys given in the JSON, `server_card` if set. What is left out
+    # stays the gateway's default, defined in one place (the contract), and an operator given none of them renders
+    # the configuration it rendered before these settings existed, so upgrading it rolls no gateway.
+    limits: config.LimitsConfig = Field(default_factory=config.LimitsConfig)
+    """`gateway.limits`, from the JSON object `MCPG_GATEWAY_LIMITS`."""
+    subscriptions: config.SubscriptionsConfig = Field(default_factory=config.SubscriptionsConfig)
+    """`gateway.subscriptions`, from the JSON object `MCPG_GATEWAY_SUBSCRIPTIONS`."""
+    server_card: bool | None = None
+    """`gateway.server.server_card`, from `MCPG_GATEWAY_SERVER_CARD` (true or false); None: not set."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +127,16 @@ class OperatorSettings:
 
 
 _JSON_FIELDS = frozenset(
-    {"replicas", "resources", "allowed_origins", "plugin_kinds", "http_node_port", "admin_node_port"}
+    {
+        "replicas",
+        "resources",
+        "allowed_origins",
+        "plugin_kinds",
+        "http_node_port",
+        "admin_node_port",
+        "limits",
+        "subscriptions",
+    }
 )
 
 
@@ -148,7 +171,7 @@ def _seconds(
 
 
 def _gateway_defaults(env: Mapping[str, str], problems: list[str]) -> GatewayDefaults | None:
-    """`MCPG_GATEWAY_<FIELD>` variables; replicas, resources, allowed_origins and the node ports are JSON."""
+    """`MCPG_GATEWAY_<FIELD>` variables; those in `_JSON_FIELDS` are JSON."""
     values: dict[str, Any] = {}
     for name in GatewayDefaults.model_fields:
         var = f"MCPG_GATEWAY_{name.upper()}"
@@ -162,8 +185,32 @@ def _gateway_defaults(env: Mapping[str, str], problems: list[str]) -> GatewayDef
     try:
         return GatewayDefaults.model_validate(values)
     except ValidationError as e:
-        problems += [f"MCPG_GATEWAY_{'_'.join(str(x) for x in err['loc']).upper()}: {err['msg']}" for err in e.errors()]
+        problems += [_gateway_problem(err) for err in e.errors()]
         return None
+
+
+def _gateway_problem(err: ErrorDetails) -> str:
+    """`MCPG_GATEWAY_<FIELD>: [<where in its JSON>: ]<what is wrong>`.
+
+    The first step of the error's location is the field, so the variable to fix; the rest is inside that
+    variable's JSON (`MCPG_GATEWAY_LIMITS: watches_per_principal: ...`), never part of the variable's name.
+    """
+    field, *inside = err["loc"] or ("",)
+    where = "".join(f"[{step}]" if isinstance(step, int) else f".{step}" for step in inside).removeprefix(".")
+    return f"MCPG_GATEWAY_{str(field).upper()}: {where + ': ' if where else ''}{_gateway_message(str(field), err)}"
+
+
+def _gateway_message(field: str, err: ErrorDetails) -> str:
+    """pydantic's message, in the terms of the variable: JSON objects and their keys, not model classes."""
+    info = GatewayDefaults.model_fields.get(field)
+    model = info.annotation if info is not None else None
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        return err["msg"]
+    if err["type"] == "model_type":  # pydantic names the class, which nobody setting the variable knows
+        return f"must be a JSON object, got {json.dumps(err['input'], default=repr)[:80]}"
+    if err["type"] == "extra_forbidden":  # most likely a typo: say what is spelled right
+        return f"{err['msg']}; the keys are {', '.join(model.model_fields)}"
+    return err["msg"].removeprefix("Value error, ")  # a validator's own sentence
 
 
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import yaml
 
-from mcpg_gateway.contract import check
+from mcpg_gateway.contract import check, config
 from mcpg_operator import conditions as c
-from mcpg_operator import observed, render
+from mcpg_operator import observed, render, settings
 from mcpg_operator.rotation import Retiring, TokenState
 from mcpg_operator.settings import GatewayDefaults
 
@@ -300,3 +300,42 @@ def test_template_variables_the_gateway_refuses_leave_only_that_watch_out() -> N
     }
     assert plan.verdicts["repeated"].message.startswith("uri_template: repeats {a}")
     assert plan.verdicts["undefined"].message.startswith("backend.url: names {b}")
+
+
+# --- the operator's settings for every gateway: limits, subscriptions, server card ----------------------------
+
+
+def test_the_gateway_settings_the_operator_was_given_reach_the_gateway_section_and_load() -> None:
+    env = {
+        "MCPG_LEADER_ELECTION_ENABLED": "false",
+        "MCPG_GATEWAY_LIMITS": '{"watches_per_principal": 20, "header_timeout_s": 5}',
+        "MCPG_GATEWAY_SUBSCRIPTIONS": '{"idle_after_s": 600, "slow_interval_ms": 120000}',
+        "MCPG_GATEWAY_SERVER_CARD": "false",
+    }
+    plan = render.plan([hook("a", "t")], tokens(t=TokenState(current="x")), {}, settings.load(env).gateway)
+    assert plan.verdicts["a"].served  # each entry's own check is asked with these settings too
+    gateway = plan.config["gateway"]
+    # Only the keys given: the others stay the gateway's defaults, not a copy of them taken today.
+    assert gateway["limits"] == {"watches_per_principal": 20, "header_timeout_s": 5.0}
+    assert gateway["subscriptions"] == {"idle_after_s": 600.0, "slow_interval_ms": 120000}
+    assert gateway["server"] == {"allowed_origins": [], "server_card": False}
+    loaded = check.load(plan.config, environ={}).gateway
+    assert loaded.limits == config.LimitsConfig(watches_per_principal=20, header_timeout_s=5)
+    assert loaded.subscriptions == config.SubscriptionsConfig(idle_after_s=600, slow_interval_ms=120_000)
+    assert loaded.server.server_card is False
+
+
+@pytest.mark.parametrize("card", [True, False])
+def test_a_server_card_setting_is_rendered_as_set(card: bool) -> None:
+    plan = render.plan([], {}, {}, GatewayDefaults(server_card=card))
+    assert plan.config["gateway"]["server"]["server_card"] is card
+    assert check.load(plan.config, environ={}).gateway.server.server_card is card
+
+
+def test_gateway_settings_nobody_set_render_nothing_and_the_gateway_keeps_its_defaults() -> None:
+    # An operator given none of them renders what it rendered before they existed: no gateway is rolled for them.
+    plan = render.plan([], {}, {}, settings.load({"MCPG_LEADER_ELECTION_ENABLED": "false"}).gateway)
+    assert plan.config["gateway"] == {"server": {"allowed_origins": []}}
+    loaded = check.load(plan.config, environ={}).gateway
+    assert (loaded.limits, loaded.subscriptions) == (config.LimitsConfig(), config.SubscriptionsConfig())
+    assert loaded.server.server_card is config.ServerConfig().server_card

@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import copy
+import json
+import re
+from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
+from pydantic import BaseModel
 
+from mcpg_gateway.contract import config
 from mcpg_operator import settings
+
+CHART = Path(__file__).parents[3] / "charts" / "mcpg"
 
 
 def test_operator_defaults_come_from_the_environment() -> None:
@@ -25,6 +34,25 @@ def test_operator_defaults_come_from_the_environment() -> None:
 
 POD = {"POD_NAMESPACE": "ops", "POD_NAME": "mcpg-operator-7d9f-x2x4k"}
 """What the chart's downward API gives every replica."""
+
+
+def test_the_gateways_limits_subscriptions_and_server_card_come_from_the_environment() -> None:
+    d = settings.load(
+        {
+            **POD,
+            "MCPG_GATEWAY_LIMITS": '{"watches_per_principal": 20, "watches_total": 40, "body_timeout_s": 5}',
+            "MCPG_GATEWAY_SUBSCRIPTIONS": '{"lifetime_s": 3600}',
+            "MCPG_GATEWAY_SERVER_CARD": "false",
+        }
+    ).gateway
+    assert (d.limits.watches_per_principal, d.limits.watches_total, d.limits.body_timeout_s) == (20, 40, 5.0)
+    assert d.limits.sessions_total == config.LimitsConfig().sessions_total  # a key not given: the gateway's
+    assert (d.subscriptions.lifetime_s, d.server_card) == (3600.0, False)
+
+
+def test_what_the_chart_sets_by_default_leaves_every_gateway_setting_to_the_gateway() -> None:
+    d = settings.load({**POD, "MCPG_GATEWAY_LIMITS": "{}", "MCPG_GATEWAY_SUBSCRIPTIONS": "{}"}).gateway
+    assert (d.limits, d.subscriptions, d.server_card) == (config.LimitsConfig(), config.SubscriptionsConfig(), None)
 
 
 def test_the_pods_environment_alone_gives_the_documented_defaults() -> None:
@@ -77,6 +105,41 @@ def test_timings_and_namespaces_come_from_the_environment() -> None:
         ({"MCPG_GATEWAY_REPLICAS": "three"}, "MCPG_GATEWAY_REPLICAS: not valid JSON"),
         ({"MCPG_GATEWAY_REPLICAS": "0"}, "MCPG_GATEWAY_REPLICAS: Input should be greater than or equal to 1"),
         ({"MCPG_GATEWAY_SERVICE_TYPE": "Ingress"}, "MCPG_GATEWAY_SERVICE_TYPE: Input should be"),
+        (  # the variable is named as it is spelled, and the item inside its JSON apart from it
+            {"MCPG_GATEWAY_ALLOWED_ORIGINS": '["https://a", 3]'},
+            r"^MCPG_GATEWAY_ALLOWED_ORIGINS: \[1\]: Input should be a valid string",
+        ),
+        (
+            {"MCPG_GATEWAY_LIMITS": '{"watches_total": 0}'},
+            "^MCPG_GATEWAY_LIMITS: watches_total: Input should be greater than or equal to 1",
+        ),
+        (
+            {"MCPG_GATEWAY_LIMITS": '{"connections": 8}'},
+            "^MCPG_GATEWAY_LIMITS: connections: Input should be greater than or equal to 16",
+        ),
+        (
+            {"MCPG_GATEWAY_LIMITS": '{"header_timeout_s": "soon"}'},
+            "^MCPG_GATEWAY_LIMITS: header_timeout_s: Input should be a valid number",
+        ),
+        (  # the contract's cross-field rule, against the gateway's default for the key not given
+            {"MCPG_GATEWAY_LIMITS": '{"watches_per_principal": 600}'},
+            r"^MCPG_GATEWAY_LIMITS: watches_per_principal \(600\) is more than watches_total \(512\)",
+        ),
+        (  # a typo: the message lists the keys spelled right
+            {"MCPG_GATEWAY_LIMITS": '{"watches": 3}'},
+            "^MCPG_GATEWAY_LIMITS: watches: Extra inputs are not permitted; the keys are watches_per_principal, ",
+        ),
+        ({"MCPG_GATEWAY_LIMITS": "[]"}, r"^MCPG_GATEWAY_LIMITS: must be a JSON object, got \[\]"),
+        ({"MCPG_GATEWAY_LIMITS": "{"}, "^MCPG_GATEWAY_LIMITS: not valid JSON"),
+        (
+            {"MCPG_GATEWAY_SUBSCRIPTIONS": '{"slow_interval_ms": 1000}'},
+            "^MCPG_GATEWAY_SUBSCRIPTIONS: slow_interval_ms: Input should be greater than or equal to 10000",
+        ),
+        (
+            {"MCPG_GATEWAY_SUBSCRIPTIONS": '{"lifetime": 60}'},
+            "^MCPG_GATEWAY_SUBSCRIPTIONS: lifetime: Extra inputs are not permitted; the keys are idle_after_s, ",
+        ),
+        ({"MCPG_GATEWAY_SERVER_CARD": "sometimes"}, "^MCPG_GATEWAY_SERVER_CARD: Input should be a valid boolean"),
         ({"MCPG_RESYNC_SECONDS": "soon"}, "MCPG_RESYNC_SECONDS: must be a number of seconds above 0, got 'soon'"),
         ({"MCPG_RESYNC_SECONDS": "0"}, "MCPG_RESYNC_SECONDS: must be a number of seconds above 0"),
         ({"MCPG_SETTLE_SECONDS": "-1"}, "MCPG_SETTLE_SECONDS: must be a number of seconds, 0 or more"),
@@ -102,6 +165,12 @@ def test_timings_and_namespaces_come_from_the_environment() -> None:
 def test_a_bad_operator_setting_names_the_variable(env: dict[str, str], message: str) -> None:
     with pytest.raises(settings.SettingsError, match=message):
         settings.load({**POD, **env})
+
+
+def test_a_bad_gateway_limit_stops_the_start_with_one_line_naming_the_variable_and_the_key() -> None:
+    with pytest.raises(settings.SettingsError) as caught:
+        settings.load({**POD, "MCPG_GATEWAY_LIMITS": '{"watches_per_principal": 0}'})
+    assert str(caught.value) == "MCPG_GATEWAY_LIMITS: watches_per_principal: Input should be greater than or equal to 1"
 
 
 def test_every_bad_variable_is_named_at_once() -> None:
@@ -180,3 +249,54 @@ def test_a_bad_bus_url_is_refused_without_echoing_it(url: str, message: str) -> 
         settings.load({**POD, **EXTERNAL, "MCPG_BUS_URL": url})
     assert str(caught.value).startswith("MCPG_BUS_URL: ")
     assert "hunter2" not in str(caught.value)
+
+
+# --- the chart that sets these variables ----------------------------------------------------------------------
+
+
+def test_the_charts_deployment_sets_a_variable_for_every_gateway_default() -> None:
+    # A setting the chart never sets is one a platform engineer cannot reach with `helm install`.
+    template = (CHART / "templates" / "deployment.yaml").read_text()
+    fields = settings.GatewayDefaults.model_fields
+    assert [f for f in fields if not re.search(rf"name: MCPG_GATEWAY_{f.upper()}\b", template)] == []
+
+
+GATEWAY_SECTIONS = [("limits", config.LimitsConfig), ("subscriptions", config.SubscriptionsConfig)]
+
+_BOUNDS = ("type", "minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum")
+
+
+@pytest.mark.parametrize(("value", "model"), GATEWAY_SECTIONS)
+def test_the_charts_schema_refuses_what_the_gateway_refuses(value: str, model: type[BaseModel]) -> None:
+    # helm install refuses a typo or an out-of-range value at once; drift from the contract fails here.
+    schema = json.loads((CHART / "values.schema.json").read_text())["properties"]["gateway"]["properties"][value]
+    assert schema["additionalProperties"] is False
+    wanted = {
+        key: {k: v for k, v in field.items() if k in _BOUNDS}
+        for key, field in model.model_json_schema()["properties"].items()
+    }
+    got = {key: {k: v for k, v in field.items() if k in _BOUNDS} for key, field in schema["properties"].items()}
+    assert got == wanted
+
+
+@pytest.mark.parametrize(("value", "model"), GATEWAY_SECTIONS)
+def test_the_charts_values_document_the_gateways_defaults(value: str, model: type[BaseModel]) -> None:
+    assert _documented_defaults(value) == model().model_dump()
+
+
+def _documented_defaults(value: str) -> Any:
+    """The commented-out keys under `gateway.<value>: {}` in values.yaml, read as the YAML they show."""
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    start = lines.index(f"  {value}: {{}}") + 1
+    block: list[str] = []
+    for line in lines[start:]:
+        if not line.startswith("  #   "):
+            break
+        block.append(line.removeprefix("  #   "))
+    return yaml.safe_load("\n".join(block))
+
+
+def test_the_charts_server_card_default_is_the_gateways() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())["gateway"]
+    assert (values["limits"], values["subscriptions"]) == ({}, {})  # nothing set: nothing rendered
+    assert values["serverCard"] is config.ServerConfig().server_card
