@@ -200,12 +200,25 @@ class Gateway:
         self.proc.kill()
 
 
+UNLIMITED = {
+    "watches_per_principal": 1_000_000,
+    "watches_total": 1_000_000,
+    "listen_streams_per_principal": 100_000,
+    "listen_streams_total": 100_000,
+    "sessions_per_principal": 100_000,
+    "sessions_total": 100_000,
+    "connections": 65_536,
+}
+"""The benchmarks' one anonymous principal stands in for thousands of callers: the per-principal limits (a policy
+between callers, `gateway.limits`) would measure the policy, not the gateway, so they are lifted here."""
+
+
 def gateway_config(resources: list[dict[str, Any]], templates: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The shape mcpg_testing.configs builds: anonymous access said explicitly, as the gateway requires."""
     caps: dict[str, Any] = {"resources": resources}
     if templates:
         caps["resource_templates"] = templates
-    return {"mcp": {"capabilities": caps}, "gateway": {"auth": {"anonymous": {"enabled": True}}}}
+    return {"mcp": {"capabilities": caps}, "gateway": {"auth": {"anonymous": {"enabled": True}}, "limits": UNLIMITED}}
 
 
 def webhook_resource(name: str, uri: str, token: str) -> dict[str, Any]:

@@ -4,6 +4,8 @@ The admin API needs `Authorization: Bearer $MCPG_ADMIN_TOKEN`, compared in const
 configured it answers 403 and says how to enable it. Nothing here shows a secret: a webhook token appears only
 when the gateway generated it itself (the user has no other way to learn it). On a bus, each pull watch says
 whether this gateway owns it (`owner`), and /admin/v1/bus shows the bus as this gateway sees it (host:port).
+/admin/v1/upstreams lists the upstreams that rate-limited this gateway (host:port, never their credentials), and
+each watch says until when its reads are paused by one (`rate_limited_until`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ def build(gw: Gateway) -> Starlette:
             Route("/admin/v1/watches", endpoint=_admin(gw, _watches)),
             Route("/admin/v1/webhooks", endpoint=_admin(gw, _webhooks)),
             Route("/admin/v1/bus", endpoint=_admin(gw, _bus)),
+            Route("/admin/v1/upstreams", endpoint=_admin(gw, _upstreams)),
         ]
     )
 
@@ -65,6 +68,11 @@ def _iso(ts: float | None) -> str | None:
     return None if ts is None else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
 
 
+def _from_now(seconds: float | None) -> str | None:
+    """A pause's end as wall time (the pauses run on the monotonic clock: only what is left is known)."""
+    return None if seconds is None else _iso(time.time() + seconds)
+
+
 def _watches(gw: Gateway) -> dict[str, Any]:
     out = []
     for w in gw.running_watches():
@@ -76,15 +84,22 @@ def _watches(gw: Gateway) -> dict[str, Any]:
                 "strategy": w.strategy_type,
                 "subscribers": len(w.subscribers),
                 "interval_ms": getattr(strategy, "effective_interval_ms", None),
+                "cadence_ms": _ms(gw.cadence_s(w)),
                 "started": _iso(w.started_at),
                 "last_fired": _iso(w.last_fired),
                 "last_successful_read": _iso(w.stats.last_success),
                 "last_failed_read": _iso(w.stats.last_failure),
                 "failed_reads": w.stats.failures,
                 "owner": gw.owner_of(w.uri),
+                "rate_limited_until": _from_now(gw.http_reader().paused_for(w.binding)),
             }
         )
     return {"watches": out}
+
+
+def _ms(seconds: float | None) -> int | None:
+    """A pull watch's cadence now, as its subscribers' leases make it (`lease.py`); None for a push watch."""
+    return None if seconds is None else round(seconds * 1000)
 
 
 def _webhooks(gw: Gateway) -> dict[str, Any]:
@@ -115,4 +130,20 @@ def _bus(gw: Gateway) -> dict[str, Any]:
             "buckets_error": b.buckets_error,
             "ready": not b.unready(),
         }
+    }
+
+
+def _upstreams(gw: Gateway) -> dict[str, Any]:
+    """The upstreams paused now or limited recently, one row per credentials (which are never shown)."""
+    return {
+        "upstreams": [
+            {
+                "upstream": u.upstream,
+                "paused_until": _from_now(u.paused_for_s),
+                "consecutive_429s": u.consecutive,
+                "total_429s": u.total,
+                "resources": list(u.resources),
+            }
+            for u in gw.http_reader().pauses.snapshot()
+        ]
     }

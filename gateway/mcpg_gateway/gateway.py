@@ -14,8 +14,22 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
-from mcpg_gateway import bus, catalog, identity, ownership, policy, reader, strategies, subscribers, watchers, webhooks
+from mcpg_gateway import (
+    bus,
+    catalog,
+    identity,
+    lease,
+    limits,
+    ownership,
+    policy,
+    reader,
+    strategies,
+    subscribers,
+    watchers,
+    webhooks,
+)
 from mcpg_gateway.contract import check, config
 from mcpg_gateway.metrics import Metrics
 from mcpg_gateway.strategies import base, plugin
@@ -49,7 +63,7 @@ class Gateway:
         self.webhooks = webhooks.build_index(cfg.mcp.capabilities.resources)
         self._catalog = catalog.Catalog(cfg.mcp.capabilities)
         self._policies = policy.Policies(expressions, self.metrics.policy_errors)
-        self._reader = reader.HttpReader()
+        self._reader = reader.HttpReader(self.options.clock, self.metrics)
         self._shared = registry.open_shared(cfg)
         build = watchers.build_with(registry.build, self._read_bytes, self.options.clock, self._shared)
         self.bus = self._bus(cfg.gateway.bus)
@@ -61,8 +75,12 @@ class Gateway:
             self.options.clock,
             self._policies.should_tell,
             owned=self.owners.run if self.owners is not None else None,
+            terms=lease.Terms.from_config(cfg.gateway.subscriptions),
+            limits_cfg=cfg.gateway.limits,
         )
-        self.subscribers = subscribers.Subscribers(self.metrics.subscribers, self._watches.drop)
+        self.subscribers = subscribers.Subscribers(
+            self.metrics.subscribers, self._watches.drop, limits.Streams(cfg.gateway.limits)
+        )
 
     def _bus(self, cfg: config.BusConfig | None) -> bus.Bus | None:
         if cfg is None:
@@ -109,9 +127,27 @@ class Gateway:
 
     # --- watches ---------------------------------------------------------------------------------------------
 
-    async def subscribe(self, binding: catalog.Binding, sub: subscribers.Subscriber) -> None:
-        """Join (or start) the watch of `binding.uri`. Raises `StrategyError` if it cannot start."""
-        await self._watches.subscribe(binding, sub)
+    def open_subscriber(self, kind: subscribers.Kind, principal: identity.Principal) -> subscribers.Subscriber:
+        """A new session subscriber or listen stream; `limits.Refusal` at the listen-stream limits."""
+        return self.subscribers.open(kind, principal, self.options.clock.now())
+
+    async def subscribe(self, bindings: list[catalog.Binding], sub: subscribers.Subscriber) -> None:
+        """Hold every binding's watch for `sub`, all or nothing: `limits.Refusal` before any upstream read (at
+        the limits), `StrategyError` if a watch cannot take its baseline."""
+        self._watches.admit(sub, [b.uri for b in bindings])
+        await self._watches.subscribe_all(bindings, sub)
+
+    def touch(self, sub: subscribers.Subscriber) -> None:
+        """A request on `sub`'s session renews its lease (`lease.py`)."""
+        self._watches.touch(sub)
+
+    def watch_meta(self, sub: subscribers.Subscriber, uri: str) -> dict[str, Any]:
+        """What a notification of `uri` to `sub` carries in `_meta` about its watch."""
+        return self._watches.watch_meta(sub, uri)
+
+    def cadence_s(self, watcher: watchers.Watcher) -> float | None:
+        """How often `watcher` reads now, its subscribers' leases considered (None for a push watch)."""
+        return self._watches.cadence_s(watcher)
 
     def unsubscribe(self, uri: str, sub: subscribers.Subscriber) -> None:
         self._watches.unsubscribe(uri, sub)
@@ -154,6 +190,10 @@ class Gateway:
     def shared_client(self, strategy_type: str) -> base.SharedClient | None:
         """The client the watches of `strategy_type` share (the NATS connections of nats_topic), if it has one."""
         return self._shared.get(strategy_type)
+
+    def http_reader(self) -> reader.HttpReader:
+        """The one reader: the admin API shows its upstream pauses (host:port, never credentials)."""
+        return self._reader
 
     async def aclose(self) -> None:
         self.subscribers.end_listen_streams()

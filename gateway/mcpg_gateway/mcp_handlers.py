@@ -8,7 +8,9 @@ has no watch, or its watch cannot take a baseline.
 Every handler acts for the principal the SDK's auth context names, stored on the subscriber at subscribe or
 listen time. The read policy gates read, subscribe and each listened URI, and is checked before anything else
 about the URI, so a refusal is word for word the "unknown resource" error: it cannot reveal that a URI exists.
-A listen stream the gateway ends because it is stopping says so in its result (`END_REASON_META_KEY`).
+Limits (`limits.py`) are decided before any upstream read; refusals carry the codes in `errors.py`. A listen
+stream the gateway ends says why in its result (`endings.py`); every notification carries its watch's state
+(`lease.py`), and every request served on a session renews that session's lease.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import asyncio
 import base64
 import contextlib
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import mcp.types as types
 from mcp.server import NotificationOptions, Server
@@ -25,7 +28,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 
-from mcpg_gateway import catalog, errors
+from mcpg_gateway import card, catalog, errors, limits
 from mcpg_gateway.errors import ReadError, StrategyError
 from mcpg_gateway.gateway import Gateway
 from mcpg_gateway.identity import Principal
@@ -36,10 +39,7 @@ logger = logging.getLogger(__name__)
 Ctx = ServerRequestContext[Any, Any]
 _SESSION_KEY = "mcpg.subscriber"
 
-END_REASON_META_KEY = "io.mcpg/endReason"
-"""In a subscriptions/listen result's `_meta`: why the gateway ended the stream."""
-SERVER_STOPPING = "server_stopping"
-"""The gateway is stopping: listen again at once (another replica takes it) and re-read what you watch."""
+T = TypeVar("T")
 
 
 class WatchServer(Server[Any]):
@@ -71,11 +71,18 @@ class _Handlers:
         self.gw = gw
 
     async def list_resources(self, ctx: Ctx, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
+        self._renew(ctx)
         principal = self._caller()
         # Listing only what the caller may read keeps the refusal's promise: existence is not revealed.
         return types.ListResourcesResult(
             resources=[
-                types.Resource(name=r.name, uri=r.uri, description=r.description or None, mime_type=r.mime_type)
+                types.Resource(
+                    name=r.name,
+                    uri=r.uri,
+                    description=card.description(r),
+                    mime_type=r.mime_type,
+                    _meta=card.meta(r),
+                )
                 for r in self.gw.resources(principal)
             ]
         )
@@ -83,36 +90,42 @@ class _Handlers:
     async def list_templates(
         self, ctx: Ctx, params: types.PaginatedRequestParams | None
     ) -> types.ListResourceTemplatesResult:
+        self._renew(ctx)
         return types.ListResourceTemplatesResult(
             resource_templates=[
                 types.ResourceTemplate(
                     name=t.name,
                     uri_template=t.uri_template,
-                    description=t.description or None,
+                    description=card.description(t),
                     mime_type=t.mime_type,
+                    _meta=card.meta(t),
                 )
                 for t in self.gw.templates()
             ]
         )
 
     async def read(self, ctx: Ctx, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+        self._renew(ctx)
         binding = self._readable(str(params.uri), self._caller())
         try:
             content = await self.gw.read(binding)
         except ReadError as e:
-            raise MCPError(errors.UPSTREAM_READ_FAILED, str(e)) from None
+            raise MCPError(read_error_code(e), str(e)) from None
         return types.ReadResourceResult(contents=[_contents(binding.uri, content.body, content.mime_type)])
 
     async def subscribe(self, ctx: Ctx, params: types.SubscribeRequestParams) -> types.EmptyResult:
         principal = self._caller()
-        binding = self._watchable(str(params.uri), principal)
+        self._refuse_while_stopping("resources/subscribe")
+        binding = self._watchable(str(params.uri), principal, "resources/subscribe")
         sub = self._session_subscriber(ctx, principal)
-        await self._join(binding, sub)
+        self.gw.touch(sub)
+        await self._join([binding], sub, "resources/subscribe")
         return types.EmptyResult()
 
     async def unsubscribe(self, ctx: Ctx, params: types.UnsubscribeRequestParams) -> types.EmptyResult:
         sub = _connection(ctx).state.get(_SESSION_KEY)
         if isinstance(sub, Subscriber):
+            self.gw.touch(sub)
             self.gw.unsubscribe(str(params.uri), sub)
         return types.EmptyResult()
 
@@ -120,18 +133,19 @@ class _Handlers:
         rid = ctx.request_id
         if rid is None:
             raise MCPError(types.INVALID_REQUEST, "subscriptions/listen requires a request id")
-        if self.gw.subscribers.closing.is_set():
-            raise MCPError(types.INTERNAL_ERROR, "the gateway is shutting down; listen again on another replica")
+        self._renew(ctx)
+        self._refuse_while_stopping("subscriptions/listen")
         principal = self._caller()
         wanted = list(dict.fromkeys(params.notifications.resource_subscriptions or []))
-        bindings = [self._watchable(uri, principal) for uri in wanted]  # all-or-nothing, before any acknowledgement
-        sub = self.gw.subscribers.open("listen", principal)
+        # All or nothing, before any acknowledgement and any upstream read: every URI must be subscribable.
+        bindings = [self._watchable(uri, principal, "subscriptions/listen") for uri in wanted]
+        sub = self._refusing("subscriptions/listen", lambda: self.gw.open_subscriber("listen", principal))
+        sub.list_changed = bool(params.notifications.resources_list_changed)
         meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: rid}
         try:
-            for binding in bindings:
-                await self._join(binding, sub)
+            await self._join(bindings, sub, "subscriptions/listen")
             honored = types.SubscriptionFilter(
-                resources_list_changed=True if params.notifications.resources_list_changed else None,
+                resources_list_changed=True if sub.list_changed else None,
                 resource_subscriptions=wanted or None,
             )
             await ctx.session.send_notification(
@@ -143,9 +157,8 @@ class _Handlers:
             await self._drain(sub, ctx, meta, rid)
         finally:
             self.gw.subscribers.close(sub)
-        if self.gw.subscribers.closing.is_set():
-            meta = {**meta, END_REASON_META_KEY: SERVER_STOPPING}
-        return types.SubscriptionsListenResult(_meta=meta)
+        ending = sub.ending.meta() if sub.ending is not None else {}
+        return types.SubscriptionsListenResult(_meta={**meta, **ending})
 
     async def _drain(self, sub: Subscriber, ctx: Ctx, meta: dict[str, Any], rid: types.RequestId) -> None:
         while True:
@@ -154,7 +167,7 @@ class _Handlers:
             except OutboxClosed:
                 return
             note = types.ResourceUpdatedNotification(
-                params=types.ResourceUpdatedNotificationParams(uri=uri, _meta=meta)
+                params=types.ResourceUpdatedNotificationParams(uri=uri, _meta={**meta, **self.gw.watch_meta(sub, uri)})
             )
             await ctx.session.send_notification(note, related_request_id=rid)
             self.gw.metrics.notifications_sent.labels(strategy).inc()
@@ -165,6 +178,18 @@ class _Handlers:
             raise MCPError(types.INVALID_REQUEST, "authentication required")
         return principal
 
+    def _renew(self, ctx: Ctx) -> None:
+        """Any request served on a session renews its subscriptions' lease (`lease.py`); ping and initialize
+        never reach a handler, and notifications are not requests."""
+        sub = _connection(ctx).state.get(_SESSION_KEY)
+        if isinstance(sub, Subscriber):
+            self.gw.touch(sub)
+
+    def _refuse_while_stopping(self, method: str) -> None:
+        if self.gw.subscribers.closing.is_set():
+            self.gw.metrics.refusals.labels(method, str(errors.UNAVAILABLE)).inc()
+            raise MCPError(errors.UNAVAILABLE, "the gateway is shutting down; subscribe again on another replica")
+
     def _readable(self, uri: str, principal: Principal) -> catalog.Binding:
         """The binding of `uri` if `principal` may read it; otherwise exactly the unknown-resource error."""
         binding = self.gw.readable(uri, principal)
@@ -172,17 +197,31 @@ class _Handlers:
             raise MCPError(types.INVALID_PARAMS, f"unknown resource: {uri}")
         return binding
 
-    def _watchable(self, uri: str, principal: Principal) -> catalog.Binding:
+    def _watchable(self, uri: str, principal: Principal, method: str) -> catalog.Binding:
         binding = self._readable(uri, principal)
         if binding.watch is None:
-            raise MCPError(errors.NOT_SUBSCRIBABLE, f"{uri} has no watch configured, so it cannot be subscribed")
+            self.gw.metrics.refusals.labels(method, str(errors.INVALID_PARAMS)).inc()
+            raise MCPError(errors.INVALID_PARAMS, f"{uri} has no watch, so it cannot be subscribed; read it instead")
         return binding
 
-    async def _join(self, binding: catalog.Binding, sub: Subscriber) -> None:
+    def _refusing(self, method: str, step: Callable[[], T]) -> T:
+        """Run `step`; a limit's refusal becomes the JSON-RPC error it names (counted)."""
         try:
-            await self.gw.subscribe(binding, sub)
+            return step()
+        except limits.Refusal as e:
+            self.gw.metrics.refusals.labels(method, str(e.code)).inc()
+            raise MCPError(e.code, e.message) from None
+
+    async def _join(self, bindings: list[catalog.Binding], sub: Subscriber, method: str) -> None:
+        try:
+            await self.gw.subscribe(bindings, sub)
+        except limits.Refusal as e:
+            self.gw.metrics.refusals.labels(method, str(e.code)).inc()
+            raise MCPError(e.code, e.message) from None
         except StrategyError as e:
-            raise MCPError(errors.WATCH_START_FAILED, f"the watch could not start: {e}") from None
+            code = read_error_code(e.read) if e.read is not None else errors.INTERNAL_ERROR
+            self.gw.metrics.refusals.labels(method, str(code)).inc()
+            raise MCPError(code, f"the watch could not start: {e}") from None
 
     def _session_subscriber(self, ctx: Ctx, principal: Principal) -> Subscriber:
         """The subscriber of this handshake-era session, created with its sender task on first use."""
@@ -193,7 +232,7 @@ class _Handlers:
                 # The SDK binds a session to its creator's credential; this guards that promise, not a real path.
                 raise MCPError(types.INVALID_REQUEST, "this session belongs to another principal")
             return sub
-        sub = self.gw.subscribers.open("session", principal)
+        sub = self.gw.open_subscriber("session", principal)
         conn.state[_SESSION_KEY] = sub
         sender = asyncio.create_task(self._send_loop(sub, ctx.session), name=f"mcpg session sender {sub.id}")
 
@@ -214,14 +253,26 @@ class _Handlers:
                 uri, strategy = await sub.outbox.get()
             except OutboxClosed:
                 return
+            note = types.ResourceUpdatedNotification(
+                params=types.ResourceUpdatedNotificationParams(uri=uri, _meta=self.gw.watch_meta(sub, uri))
+            )
             try:
                 async with asyncio.timeout(timeout):
-                    await session.send_resource_updated(uri)
+                    await session.send_notification(note)
             except TimeoutError:
                 # The GET stream's buffer is full: this client stopped reading. Only it misses out.
                 self.gw.metrics.notifications_dropped.labels(strategy).inc()
                 continue
             self.gw.metrics.notifications_sent.labels(strategy).inc()
+
+
+def read_error_code(e: ReadError) -> int:
+    """The JSON-RPC code for a failed read (a resources/read, or a subscription's first read)."""
+    if e.gone:
+        return errors.INVALID_PARAMS
+    if e.rate_limited:
+        return errors.TOO_MANY_REQUESTS
+    return errors.INTERNAL_ERROR
 
 
 def _connection(ctx: Ctx) -> Any:

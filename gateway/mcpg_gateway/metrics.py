@@ -58,6 +58,52 @@ class Metrics:
         self.auth_failures = Counter(
             "mcpg_auth_failures_total", "/mcp requests refused with 401, by reason", ["reason"], registry=r
         )
+        # The connection guard (`connections.py`); `port` is "public" or "admin".
+        self.connections_open = Gauge(
+            "mcpg_connections_open", "Open TCP connections, by port (counted from accept)", ["port"], registry=r
+        )
+        self.connections_cap = Gauge(
+            "mcpg_connections_cap",
+            "The cap on open connections per port, once fitted under RLIMIT_NOFILE",
+            ["port"],
+            registry=r,
+        )
+        self.connections_closed = Counter(
+            "mcpg_connections_closed_total",
+            "Connections the guard closed, by port and reason (cap, header_timeout, body_timeout)",
+            ["port", "reason"],
+            registry=r,
+        )
+        self.accept_errors = Counter(
+            "mcpg_connections_accept_errors_total",
+            "Accepts that failed for want of descriptors or memory (logged at most once per 10 s)",
+            registry=r,
+        )
+        self.watch_ends = Counter(
+            "mcpg_watch_ends_total",
+            "Subscriptions the gateway ended, by reason (resource_gone, lifetime_reached, watcher_evicted)",
+            ["reason"],
+            registry=r,
+        )
+        self.refusals = Counter(
+            "mcpg_subscription_refusals_total",
+            "Subscriptions, listen streams and sessions refused, by JSON-RPC code (-32602, -42900, -50300, -32603)",
+            ["method", "code"],
+            registry=r,
+        )
+        # Labelled by upstream host:port (`upstream_pauses.Key.upstream`): never a URL path, header or credential.
+        self.upstream_rate_limited = Counter(
+            "mcpg_upstream_rate_limited_total",
+            "Upstream 429 answers: each pauses (or keeps paused) its reads of that upstream with the same credentials",
+            ["upstream"],
+            registry=r,
+        )
+        self.upstream_paused_reads = Counter(
+            "mcpg_upstream_paused_reads_total",
+            "Reads not sent because their upstream had rate-limited this gateway (paused)",
+            ["upstream"],
+            registry=r,
+        )
 
 
 class BusMetrics:

@@ -3,7 +3,9 @@
 Fan-out only ever offers a URI to an outbox, which never blocks; each subscriber's own task does the slow
 part (writing to its stream). A notification is a level trigger ("re-read this"), so an outbox holds each
 pending URI once: a subscriber that stops reading costs one entry per watched URI, never a growing queue.
-`Subscribers` opens and closes them: a close is an implicit unsubscribe from everything, exactly once.
+`Subscribers` opens and closes them: a close is an implicit unsubscribe from everything, exactly once. A listen
+stream is counted against the listen limits when it opens (`limits.Streams`), and one the gateway ends carries
+its `ending` into the stream's result.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from typing import Literal
 
 from prometheus_client import Gauge
 
+from mcpg_gateway import limits
+from mcpg_gateway.endings import Ending
 from mcpg_gateway.identity import Principal
 
 _ids = itertools.count(1)
@@ -75,20 +79,35 @@ class Subscriber:
     uris: set[str] = field(default_factory=set)
     active: bool = True
     id: int = field(default_factory=lambda: next(_ids))
+    last_activity: float = 0.0
+    """When the session last made a request that renews the lease (the clock's time; `lease.py`)."""
+    since: dict[str, float] = field(default_factory=dict)
+    """When each subscription began (uri -> the clock's time): its lifetime counts from there."""
+    list_changed: bool = False
+    """A listen stream that also carries a list-changed subscription is never ended for its URIs alone."""
+    ending: Ending | None = None
+    """Why the gateway ended this listen stream, said in its result; None while open or when the client ended it."""
+
+    @property
+    def principal_id(self) -> str:
+        return self.principal.principal_id if self.principal is not None else ""
 
 
 class Subscribers:
     """Every open subscriber. `close` unsubscribes it from everything (through `on_close`), once."""
 
-    def __init__(self, gauge: Gauge, on_close: Callable[[Subscriber], None]) -> None:
-        self._gauge, self._on_close = gauge, on_close
+    def __init__(self, gauge: Gauge, on_close: Callable[[Subscriber], None], streams: limits.Streams) -> None:
+        self._gauge, self._on_close, self._streams = gauge, on_close, streams
         self._listeners: set[Subscriber] = set()
         self._listeners_changed = asyncio.Condition()
         self.closing = asyncio.Event()
         """Set when the gateway starts to stop: new listens are refused, open ones answered."""
 
-    def open(self, kind: Kind, principal: Principal) -> Subscriber:
-        sub = Subscriber(kind, principal)
+    def open(self, kind: Kind, principal: Principal, now: float) -> Subscriber:
+        """A new subscriber. A listen stream is counted first: `limits.Refusal` at its limits."""
+        if kind == "listen":
+            self._streams.open(principal.principal_id)
+        sub = Subscriber(kind, principal, last_activity=now)
         self._gauge.labels(kind).inc()
         if kind == "listen":
             self._listeners.add(sub)
@@ -98,6 +117,7 @@ class Subscribers:
         """Implicit unsubscribe from everything; safe to call twice."""
         if sub.kind == "listen" and sub in self._listeners:
             self._listeners.discard(sub)
+            self._streams.close(sub.principal_id)
             asyncio.get_running_loop().create_task(self._notify_listeners_changed())
         if sub.active:
             sub.active = False
@@ -114,6 +134,7 @@ class Subscribers:
         """Graceful shutdown, step one: every open subscriptions/listen stream is answered with its result."""
         self.closing.set()
         for sub in list(self._listeners):
+            sub.ending = sub.ending or Ending("shutdown")
             sub.outbox.close()
 
     async def wait_listen_streams_ended(self, timeout_s: float) -> bool:

@@ -1,23 +1,35 @@
 """Watchers: one per subscribed concrete URI, alive exactly while something is subscribed to it.
 
 The first subscriber starts the watcher and waits for its `start` (the baseline); later subscribers join it
-and wait on the same start; the last one leaving stops it. On a bus (`gateway.bus`), a pull strategy's run is
-the owned loop (`ownership.py`) instead of its own. A fire offers the URI to the outbox (never blocking)
-of every subscriber the audience hook (the watch's notification_filter) admits, so one slow or dead subscriber
-cannot delay the others, and a subscriber the filter excludes is never told.
+and wait on the same start; the last one leaving stops it. A pull strategy is run here, at the cadence its
+subscribers' leases entitle it to (`lease.py`); on a bus (`gateway.bus`) it is the owned loop
+(`ownership.py`) instead, at its own interval, because the owner cannot see the other gateways' sessions.
+A fire offers the URI to the outbox (never blocking) of every subscriber the audience hook (the watch's
+notification_filter) admits, so one slow or dead subscriber cannot delay the others, and a subscriber the
+filter excludes is never told.
+
+The registry also keeps each principal's holdings (`limits.Watches`) in step with its subscriptions, and ends
+subscriptions for the reasons in `endings.py`: the upstream answered 401/403/404 (`resource_gone`), the lifetime
+ran out (`lifetime_reached`), or the principal's limit needed the room (`watcher_evicted`). A listen stream is
+answered only once every URI it carries has ended.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
-from mcpg_gateway import audit, backoff, catalog
-from mcpg_gateway.errors import StrategyError
+from mcpg_gateway import audit, backoff, catalog, lease, limits
+from mcpg_gateway.contract import config
+from mcpg_gateway.endings import Ending
+from mcpg_gateway.errors import StrategyError, WatchGone
 from mcpg_gateway.metrics import Metrics
 from mcpg_gateway.strategies import base
 from mcpg_gateway.subscribers import Subscriber
@@ -47,15 +59,33 @@ class Watcher:
     started_at: float = field(default_factory=time.time)
     last_fired: float | None = None
     task: asyncio.Task[None] | None = None
+    quickened: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when a subscriber's lease is renewed: a slowed poll stops waiting out its slow interval."""
 
     @property
     def uri(self) -> str:
         return self.binding.uri
 
+    @property
+    def pull(self) -> base.PullStrategy | None:
+        return base.as_pull(self.strategy)
+
 
 def strategy_type(binding: catalog.Binding) -> str:
     watch = binding.watch
     return watch.strategy.type if watch is not None else "none"
+
+
+@dataclass(frozen=True, slots=True)
+class _Lifetime:
+    deadline: float
+    sub: Subscriber
+    uri: str
+    since: float
+
+    @property
+    def live(self) -> bool:
+        return self.sub.since.get(self.uri) == self.since
 
 
 class WatchRegistry:
@@ -66,14 +96,28 @@ class WatchRegistry:
         clock: base.Clock | None = None,
         audience: Audience = tell_everyone,
         owned: OwnedRunner | None = None,
+        terms: lease.Terms | None = None,
+        limits_cfg: config.LimitsConfig | None = None,
     ) -> None:
         self._build = build
         self._owned = owned
         self._audience = audience
         self._metrics = metrics
         self._clock = clock or base.RealClock()
+        terms = terms or lease.Terms.from_config(config.SubscriptionsConfig())
+        # On a bus the owner reads for every gateway and cannot see the others' sessions: nothing slows there.
+        self.terms = terms if owned is None else dataclasses.replace(terms, slows=False)
+        self.holdings = limits.Watches(limits_cfg or config.LimitsConfig())
         self._watchers: dict[str, Watcher] = {}
         self._stopping: set[asyncio.Task[None]] = set()
+        self._lifetimes: collections.deque[_Lifetime] = collections.deque()
+        self._lifetime_added = asyncio.Event()
+        self._reaper: asyncio.Task[None] | None = None
+
+    @property
+    def slows(self) -> bool:
+        """Whether idle subscribers slow a pull watch: not on a bus, where the owner cannot see them all."""
+        return self.terms.slows
 
     def watchers(self) -> list[Watcher]:
         return list(self._watchers.values())
@@ -81,29 +125,73 @@ class WatchRegistry:
     def get(self, uri: str) -> Watcher | None:
         return self._watchers.get(uri)
 
+    # --- admission and subscription --------------------------------------------------------------------
+
+    def admit(self, sub: Subscriber, uris: Iterable[str]) -> None:
+        """Admit `sub`'s principal to hold `uris` (evicting its longest-slowed watches if need be), or raise
+        `limits.Refusal`. Synchronous: call `subscribe` right after it, with no await between."""
+        pid = sub.principal_id
+        admission = self.holdings.admit(pid, [u for u in uris if u not in sub.uris], self._slowed_since(pid))
+        for uri in admission.evict:
+            for victim in self._subscribers_of(pid, uri):
+                self.end(victim, uri, Ending("watcher_evicted"))
+
     async def subscribe(self, binding: catalog.Binding, sub: Subscriber) -> None:
         """Join (or start) the watcher of `binding.uri`. Raises `StrategyError` if it cannot start."""
-        if binding.uri in sub.uris:
-            return
-        watcher = self._watchers.get(binding.uri) or self._start(binding)
-        watcher.subscribers.add(sub)
-        sub.uris.add(binding.uri)
+        await self.subscribe_all([binding], sub)
+
+    async def subscribe_all(self, bindings: Iterable[catalog.Binding], sub: Subscriber) -> None:
+        """Join every binding's watcher at once, then wait for all their starts (baselines run concurrently).
+        All or nothing: if one cannot start, `sub` leaves them all and the first error is raised."""
+        joined = [self._attach(b, sub) for b in bindings if b.uri not in sub.uris]
         try:
-            await asyncio.shield(watcher.started)
+            await asyncio.gather(*(asyncio.shield(w.started) for w in joined))
         except BaseException:
-            self._leave(watcher, sub)
+            for watcher in joined:
+                self._detach(watcher.uri, sub)
             raise
 
     def unsubscribe(self, uri: str, sub: Subscriber) -> None:
-        watcher = self._watchers.get(uri)
-        sub.uris.discard(uri)
-        if watcher is not None:
-            self._leave(watcher, sub)
+        self._detach(uri, sub)
 
     def drop(self, sub: Subscriber) -> None:
         """Implicit unsubscribe from everything: the session or stream is gone."""
         for uri in list(sub.uris):
-            self.unsubscribe(uri, sub)
+            self._detach(uri, sub)
+
+    def end(self, sub: Subscriber, uri: str, ending: Ending) -> None:
+        """The gateway ends `sub`'s subscription to `uri`; a listen stream left with nothing is answered."""
+        if uri not in sub.uris:
+            return
+        self._detach(uri, sub)
+        self._metrics.watch_ends.labels(ending.reason).inc()
+        if sub.kind == "listen" and not sub.uris and not sub.list_changed:
+            sub.ending = ending
+            sub.outbox.close()
+
+    def touch(self, sub: Subscriber) -> None:
+        """A request on `sub`'s session: its lease is renewed, and a watch it had slowed returns to full speed."""
+        now = self._clock.now()
+        was_slow = self.terms.is_slow(sub, now)
+        sub.last_activity = now
+        if was_slow:
+            for uri in sub.uris:
+                watcher = self._watchers.get(uri)
+                if watcher is not None:
+                    watcher.quickened.set()
+
+    def watch_meta(self, sub: Subscriber, uri: str) -> dict[str, Any]:
+        """The `_meta` of a notification of `uri` to `sub`: its watch's state (`lease.Terms.watch_meta`)."""
+        watcher = self._watchers.get(uri)
+        pull = watcher.pull if watcher is not None else None
+        return self.terms.watch_meta(sub, self._clock.now(), pull.interval_s if pull is not None else None)
+
+    def cadence_s(self, watcher: Watcher) -> float | None:
+        """How often `watcher` reads now (None for a push watch)."""
+        pull = watcher.pull
+        if pull is None:
+            return None
+        return self.terms.cadence_s(pull.interval_s, watcher.subscribers, self._clock.now())
 
     async def fire(self, uri: str, strategy: str) -> int:
         """Tell each subscriber of `uri` the audience admits, once. Returns how many were offered the URI."""
@@ -121,6 +209,9 @@ class WatchRegistry:
         return offered
 
     async def close(self) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
+            self._stopping.add(self._reaper)
         for watcher in list(self._watchers.values()):
             self._stop(watcher)
         self._watchers.clear()
@@ -129,6 +220,81 @@ class WatchRegistry:
     async def _wait_stopped(self) -> None:
         if self._stopping:
             await asyncio.gather(*self._stopping, return_exceptions=True)
+
+    # --- bookkeeping -----------------------------------------------------------------------------------
+
+    def _attach(self, binding: catalog.Binding, sub: Subscriber) -> Watcher:
+        watcher = self._watchers.get(binding.uri) or self._start(binding)
+        watcher.subscribers.add(sub)
+        now = self._clock.now()
+        sub.uris.add(binding.uri)
+        sub.since[binding.uri] = now
+        self.holdings.add(sub.principal_id, binding.uri)
+        self._schedule_end_of_life(_Lifetime(now + self.terms.lifetime_s, sub, binding.uri, now))
+        return watcher
+
+    def _detach(self, uri: str, sub: Subscriber) -> None:
+        if uri not in sub.uris:
+            return
+        sub.uris.discard(uri)
+        sub.since.pop(uri, None)
+        self.holdings.remove(sub.principal_id, uri)
+        watcher = self._watchers.get(uri)
+        if watcher is None or sub not in watcher.subscribers:
+            return
+        watcher.subscribers.discard(sub)
+        if not watcher.subscribers:
+            self._forget(watcher)
+            self._stop(watcher)
+
+    def _forget(self, watcher: Watcher) -> None:
+        if self._watchers.get(watcher.uri) is watcher:
+            del self._watchers[watcher.uri]
+            self._metrics.active_watchers.set(len(self._watchers))
+
+    def _subscribers_of(self, principal_id: str, uri: str) -> list[Subscriber]:
+        watcher = self._watchers.get(uri)
+        return [s for s in watcher.subscribers if s.principal_id == principal_id] if watcher is not None else []
+
+    def _slowed_since(self, principal_id: str) -> limits.SlowedSince:
+        """Since when a principal's watch of a URI has been slowed: every one of its subscribers idle."""
+
+        def since(uri: str) -> float | None:
+            subs = self._subscribers_of(principal_id, uri)
+            times = [self.terms.slowed_since(s) for s in subs]
+            if not times or any(t is None for t in times):
+                return None
+            latest = max(t for t in times if t is not None)
+            return latest if latest <= self._clock.now() else None
+
+        return since
+
+    # --- lifetimes -------------------------------------------------------------------------------------
+
+    def _schedule_end_of_life(self, entry: _Lifetime) -> None:
+        # Every lifetime is the same length, so deadlines arrive in order and a deque is the schedule. Ended
+        # subscriptions leave stale entries behind; compact them away before they outnumber the live ones.
+        self._lifetimes.append(entry)
+        if len(self._lifetimes) > 64 and len(self._lifetimes) > 2 * self.holdings.total + 64:
+            self._lifetimes = collections.deque(e for e in self._lifetimes if e.live)
+        self._lifetime_added.set()
+        if self._reaper is None or self._reaper.done():
+            self._reaper = asyncio.create_task(self._reap(), name="watch lifetimes")
+
+    async def _reap(self) -> None:
+        while True:
+            if not self._lifetimes:
+                self._lifetime_added.clear()
+                await self._lifetime_added.wait()
+                continue
+            await self._clock.sleep_until(self._lifetimes[0].deadline)
+            now = self._clock.now()
+            while self._lifetimes and self._lifetimes[0].deadline <= now:
+                entry = self._lifetimes.popleft()
+                if entry.live:
+                    self.end(entry.sub, entry.uri, Ending("lifetime_reached"))
+
+    # --- running a watcher -----------------------------------------------------------------------------
 
     def _start(self, binding: catalog.Binding) -> Watcher:
         kind = strategy_type(binding)
@@ -141,14 +307,6 @@ class WatchRegistry:
         self._watchers[binding.uri] = watcher
         self._metrics.active_watchers.set(len(self._watchers))
         return watcher
-
-    def _leave(self, watcher: Watcher, sub: Subscriber) -> None:
-        watcher.subscribers.discard(sub)
-        sub.uris.discard(watcher.uri)
-        if not watcher.subscribers and self._watchers.get(watcher.uri) is watcher:
-            del self._watchers[watcher.uri]
-            self._metrics.active_watchers.set(len(self._watchers))
-            self._stop(watcher)
 
     def _stop(self, watcher: Watcher) -> None:
         if watcher.task is not None and not watcher.task.done():
@@ -174,9 +332,7 @@ class WatchRegistry:
             error = e if isinstance(e, StrategyError) else StrategyError(f"{type(e).__name__}")
             logger.warning("watch %s (%s) could not start: %s", watcher.uri, watcher.strategy_type, error)
             watcher.started.set_exception(error)
-            if self._watchers.get(watcher.uri) is watcher:
-                del self._watchers[watcher.uri]
-                self._metrics.active_watchers.set(len(self._watchers))
+            self._forget(watcher)
             return False
         watcher.started.set_result(None)
         return True
@@ -189,18 +345,61 @@ class WatchRegistry:
             try:
                 await self._run_strategy(watcher, fire)
                 return
+            except WatchGone as gone:
+                self._gone(watcher, gone)
+                return
             except Exception:  # isolation boundary: one crashing watch must not stop the others
                 logger.exception("watch %s (%s) crashed; restarting", watcher.uri, watcher.strategy_type)
                 self._metrics.strategy_restarts.labels(watcher.strategy_type).inc()
                 await self._clock.sleep(backoff.delay_s(attempt))
 
+    def _gone(self, watcher: Watcher, gone: WatchGone) -> None:
+        # Forgotten first, so the last subscriber leaving does not cancel this very task.
+        logger.info("watch %s (%s) ended: %s", watcher.uri, watcher.strategy_type, gone)
+        self._forget(watcher)
+        for sub in list(watcher.subscribers):
+            self.end(sub, watcher.uri, Ending("resource_gone", gone.status))
+        watcher.subscribers.clear()
+
     async def _run_strategy(self, watcher: Watcher, fire: base.Fire) -> None:
-        # On a bus, a pull strategy runs where its lease is; fires of every other kind are this process's own.
-        pull = base.as_pull(watcher.strategy) if self._owned is not None else None
-        if self._owned is None or pull is None:
+        # A pull strategy is read here at its subscribers' cadence; on a bus, where its lease is; fires of
+        # every other kind are the strategy's own.
+        pull = watcher.pull
+        if pull is None:
             await watcher.strategy.run(fire)
-        else:
+        elif self._owned is not None:
             await self._owned(watcher.uri, watcher.strategy_type, pull, fire)
+        else:
+            await self._poll(watcher, pull, fire)
+
+    async def _poll(self, watcher: Watcher, pull: base.PullStrategy, fire: base.Fire) -> None:
+        while True:
+            await self._wait_cadence(watcher, pull)
+            if await pull.check():
+                await fire()
+
+    async def _wait_cadence(self, watcher: Watcher, pull: base.PullStrategy) -> None:
+        """Sleep one interval; a slowed interval is cut short (and restarted at full speed) by a renewal."""
+        while True:
+            interval = self.terms.cadence_s(pull.interval_s, watcher.subscribers, self._clock.now())
+            if interval <= pull.interval_s:
+                await self._clock.sleep(interval)
+                return
+            watcher.quickened.clear()
+            if await _first_of(self._clock.sleep(interval), watcher.quickened.wait()):
+                return
+
+
+async def _first_of(wanted: Awaitable[Any], interrupt: Awaitable[Any]) -> bool:
+    """Await both until one finishes; cancel the other. True if `wanted` finished first."""
+    a, b = asyncio.ensure_future(wanted), asyncio.ensure_future(interrupt)
+    try:
+        await asyncio.wait({a, b}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (a, b):
+            task.cancel()
+        await asyncio.gather(a, b, return_exceptions=True)
+    return a.done() and not a.cancelled()
 
 
 def build_with(

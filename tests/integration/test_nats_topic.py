@@ -143,6 +143,6 @@ async def test_wrong_credentials_refuse_the_subscription_without_showing_them(
     wrong = nats.url.replace(nats.password, "not-the-password")
     gw = await gateway_factory(two_watches(wrong))
     error = await refusal(gw.mcp_url, "legacy", [INVENTORY])
-    assert error.error.code == errors.WATCH_START_FAILED
+    assert error.error.code == errors.INTERNAL_ERROR
     assert f"cannot connect to NATS at nats://mcpg:***@127.0.0.1:{nats.port}" in error.error.message
     assert "not-the-password" not in error.error.message

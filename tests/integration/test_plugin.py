@@ -76,7 +76,7 @@ async def test_a_plugin_that_cannot_start_refuses_the_subscription_with_its_reas
         fields = {"port": taken.getsockname()[1]} if occupied else {}
         gw = await gateway_factory(gateway_config(watched("inbound", INBOUND, plugin(**fields))))
         error = await refusal(gw.mcp_url, "legacy", [INBOUND])
-    assert error.error.code == errors.WATCH_START_FAILED
+    assert error.error.code == errors.INTERNAL_ERROR
     assert reason in error.error.message
 
 

@@ -93,7 +93,7 @@ async def test_a_query_that_cannot_track_a_value_refuses_the_subscription(
 ) -> None:
     gw = await gateway_factory(gateway_config(watched("orders", ORDERS, tracking(postgres.url, query))))
     error = await refusal(gw.mcp_url, "listen", [ORDERS])
-    assert error.error.code == errors.WATCH_START_FAILED
+    assert error.error.code == errors.INTERNAL_ERROR
     assert reason in error.error.message
     assert postgres.password not in error.error.message
 

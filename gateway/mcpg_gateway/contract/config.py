@@ -12,10 +12,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import InitErrorDetails
 
-from mcpg_gateway.contract import templates
+from mcpg_gateway.contract import pointers, templates
 
 POLL_FLOOR_MS = 10_000
 """No poll-shaped watch runs more often than this: a misconfigured watcher cannot hammer a backend."""
@@ -44,11 +53,22 @@ class HttpBackend(_Model):
 Backend = Annotated[HttpBackend, Field(discriminator="kind")]
 
 
+def _ignored_pointer(text: str) -> str:
+    pointers.parse_ignored(text)  # a ValueError saying what is wrong; pydantic puts `ignore[i]` before it
+    return text
+
+
+IgnoredPointer = Annotated[str, AfterValidator(_ignored_pointer)]
+
+
 class PollStrategy(_Model):
     """Re-read through the binding on a cadence; fire when the SHA-256 of the response moves."""
 
     type: Literal["poll"] = "poll"
     interval_ms: int = Field(default=POLL_DEFAULT_MS, gt=0)
+    ignore: list[IgnoredPointer] = Field(default_factory=list)
+    """JSON Pointers (RFC 6901; `*` matches any array index or object key) whose values are left out of the
+    hash: fields the upstream recomputes on every read. The body must then be JSON. A read still returns them."""
 
     @property
     def effective_interval_ms(self) -> int:
@@ -290,6 +310,53 @@ class ServerConfig(_Model):
     """Origins a browser may call /mcp and the webhook route from. A request with no Origin always passes."""
     max_webhook_body_bytes: int = Field(default=65_536, ge=0)
     session_idle_timeout_s: float = Field(default=1800, gt=0)
+    server_card: bool = True
+    """Serve `GET /.well-known/mcp/server-card.json` (no authentication, no secrets in it)."""
+
+
+class LimitsConfig(_Model):
+    """How much of the gateway one caller, and all callers together, may hold (`limits.py`, `connections.py`).
+
+    A watch a principal holds is a distinct URI it is subscribed to, across its sessions and listen streams.
+    The per-principal limits protect the other principals; the totals protect the process and its upstreams.
+    """
+
+    watches_per_principal: int = Field(default=10, ge=1)
+    watches_total: int = Field(default=512, ge=1)
+    listen_streams_per_principal: int = Field(default=64, ge=1)
+    listen_streams_total: int = Field(default=512, ge=1)
+    sessions_per_principal: int = Field(default=128, ge=1)
+    sessions_total: int = Field(default=10_000, ge=1)
+    connections: int = Field(default=4096, ge=16)
+    """Open TCP connections per port (public and admin each). At the cap the connection idle longest (no request
+    in flight) is closed to make room; with none idle the new one is closed."""
+    header_timeout_s: float = Field(default=10.0, gt=0, le=300)
+    """How long a connection may take to send a request's headers (also the wait for the next request on a
+    kept-alive connection)."""
+    body_timeout_s: float = Field(default=30.0, gt=0, le=3600)
+    """How long a request may take to send its body, once its headers are in."""
+
+    @model_validator(mode="after")
+    def _per_principal_within_total(self) -> LimitsConfig:
+        for each, total in (
+            ("watches_per_principal", "watches_total"),
+            ("listen_streams_per_principal", "listen_streams_total"),
+            ("sessions_per_principal", "sessions_total"),
+        ):
+            if getattr(self, each) > getattr(self, total):
+                raise ValueError(f"{each} ({getattr(self, each)}) is more than {total} ({getattr(self, total)})")
+        return self
+
+
+class SubscriptionsConfig(_Model):
+    """A subscription's lease and lifetime (`lease.py`)."""
+
+    idle_after_s: float = Field(default=1800, gt=0)
+    """With no request on the subscribing session for this long, its pull watches slow down."""
+    slow_interval_ms: int = Field(default=600_000, ge=POLL_FLOOR_MS)
+    """The cadence of a slowed pull watch (never faster than its own interval)."""
+    lifetime_s: float = Field(default=86_400, gt=0)
+    """Every watch ends this long after it began, renewals included; the client subscribes again."""
 
 
 class NatsConfig(_Model):
@@ -394,6 +461,8 @@ class GatewaySection(_Model):
     auth: AuthConfig = Field(default_factory=AuthConfig)
     bus: BusConfig | None = None
     """Set to run as one of N gateways sharing a NATS bus; unset, the gateway runs alone."""
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    subscriptions: SubscriptionsConfig = Field(default_factory=SubscriptionsConfig)
 
 
 class GatewayConfig(_Model):

@@ -72,12 +72,27 @@ async def run_pull(pull: PullStrategy, clock: Clock, fire: Fire) -> None:
 
 
 class Clock(Protocol):
-    async def sleep(self, seconds: float) -> None: ...
+    """Time as the gateway's schedules see it; tests inject one they drive (nothing in a test sleeps)."""
+
+    def now(self) -> float:
+        """Monotonic seconds: only differences mean anything."""
+
+    async def sleep(self, seconds: float) -> None:
+        """An interval's wait (a poll cadence, a back-off)."""
+
+    async def sleep_until(self, deadline: float) -> None:
+        """A deadline's wait (a lifetime, a pause), in `now()` terms."""
 
 
 class RealClock:
+    def now(self) -> float:
+        return time.monotonic()
+
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
+
+    async def sleep_until(self, deadline: float) -> None:
+        await asyncio.sleep(max(0.0, deadline - time.monotonic()))
 
 
 @dataclass(slots=True)

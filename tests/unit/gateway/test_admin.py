@@ -46,6 +46,8 @@ async def test_the_watch_list_shows_each_running_watcher(gw: RunningGateway) -> 
     assert polled["strategy"] == "poll"
     assert polled["subscribers"] == 2
     assert polled["interval_ms"] == 30000
+    assert polled["cadence_ms"] == 30000  # both subscribers' leases hold
+    assert watches[HOOK]["cadence_ms"] is None  # a push watch has no cadence
     assert polled["last_successful_read"] is not None
     assert polled["failed_reads"] == 0
     assert watches[HOOK]["strategy"] == "webhook"
@@ -116,3 +118,11 @@ async def test_health_and_readiness_answer_on_the_public_port(gw: RunningGateway
     async with httpx2.AsyncClient(base_url=gw.base) as http:
         assert (await http.get("/healthz")).json() == {"ok": True}
         assert (await http.get("/readyz")).status_code == 200
+
+
+async def test_the_watch_list_shows_a_watch_slowed_by_its_idle_session(gw: RunningGateway, clock: ManualClock) -> None:
+    async with subscribed(gw.mcp_url, "legacy", POLLED):
+        clock.advance(1800)
+        watches = {w["uri"]: w for w in (await admin_get(gw, "/admin/v1/watches")).json()["watches"]}
+    assert watches[POLLED]["interval_ms"] == 30000
+    assert watches[POLLED]["cadence_ms"] == 600_000

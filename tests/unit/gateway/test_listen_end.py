@@ -10,7 +10,7 @@ import mcp.types as types
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from mcpg_gateway import mcp_handlers
+from mcpg_gateway import endings
 from mcpg_testing import BOUND_S
 from mcpg_testing.configs import gateway_config, watched
 from mcpg_testing.gateways import GatewayFactory
@@ -45,4 +45,4 @@ async def test_a_listen_stream_ended_by_a_stopping_gateway_carries_the_end_reaso
         async with asyncio.timeout(BOUND_S):
             result = await listen
     assert result.meta is not None
-    assert result.meta[mcp_handlers.END_REASON_META_KEY] == mcp_handlers.SERVER_STOPPING == "server_stopping"
+    assert result.meta["dev.mcpg/watch-end"] == {"reason": "shutdown", "detail": endings.ADVICE["shutdown"]}

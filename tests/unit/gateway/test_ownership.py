@@ -296,7 +296,7 @@ async def test_on_a_bus_a_pull_watch_whose_backend_refuses_the_baseline_still_re
 ) -> None:
     [gw] = await cluster.start("a")
     error = await refusal(gw.mcp_url, "legacy", ["drive://bad"])
-    assert error.code == errors.WATCH_START_FAILED
+    assert error.code == errors.INVALID_PARAMS  # the upstream answered 404
     assert gw.gw.running_watches() == []
 
 

@@ -117,7 +117,7 @@ async def test_the_policy_is_checked_before_anything_else_about_the_uri_is_said(
     refused = await refusal(running.mcp_url, mode, [ARCHIVE], CAROL)
     assert shape(refused, ARCHIVE) == (-32602, "unknown resource: <uri>")
     allowed_but_unwatched = await refusal(running.mcp_url, mode, [ARCHIVE], ALICE)
-    assert allowed_but_unwatched.code == errors.NOT_SUBSCRIBABLE
+    assert allowed_but_unwatched.code == errors.INVALID_PARAMS
 
 
 @ERAS

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
 from mcpg_gateway.contract import check
-from mcpg_gateway.errors import StrategyError
+from mcpg_gateway.errors import ReadError, StrategyError
 from mcpg_gateway.gateway import Gateway, Options
 from mcpg_gateway.identity import Principal
 from mcpg_gateway.subscribers import Subscriber
@@ -29,7 +30,7 @@ async def subscribed(gw: Gateway) -> Subscriber:
     sub = Subscriber("session")
     binding = gw.readable(URI, Principal("tester"))
     assert binding is not None
-    await gw.subscribe(binding, sub)
+    await gw.subscribe([binding], sub)
     return sub
 
 
@@ -102,15 +103,17 @@ async def test_accepting_404_turns_a_delete_into_a_change(upstream: Upstream, cl
     await gw.aclose()
 
 
-async def test_a_404_outside_expected_codes_is_a_failed_read_not_an_event(
+async def test_a_5xx_outside_expected_codes_is_a_failed_read_not_an_event(
     upstream: Upstream, clock: ManualClock
 ) -> None:
+    # (A 401, 403 or 404 ends the watch instead: `resource_gone`, in test_lease.py.)
     upstream.set("/doc", "{}")
     gw = make_gateway(upstream, clock)
     sub = await subscribed(gw)
-    del upstream.docs["/doc"]
+    upstream.set("/doc", "{}", status=502)
     await clock.tick()
     assert sub.outbox.pending == 0
+    assert sub.uris == {URI}
     assert gw.metrics.poll_failures.labels("poll")._value.get() == 1
     await gw.aclose()
 
@@ -121,3 +124,116 @@ async def test_a_uri_the_backend_refuses_is_refused_at_subscribe_time(upstream: 
         await subscribed(gw)
     assert gw.running_watches() == []
     await gw.aclose()
+
+
+# --- watch.strategy.ignore: fields the upstream recomputes on every read --------------------------------------
+
+DURATIONS = ["/jobs/*/duration", "/jobs/*/queued_duration"]
+
+
+def pipeline(status: str, duration: float) -> str:
+    jobs = [{"id": 1, "status": "success", "duration": 12.5, "queued_duration": 0.4}]
+    jobs.append({"id": 2, "status": status, "duration": duration, "queued_duration": duration / 10})
+    return json.dumps({"id": 7, "jobs": jobs})
+
+
+def ignoring_gateway(upstream: Upstream, clock: ManualClock, ignore: list[str]) -> Gateway:
+    strategy = {"type": "poll", "interval_ms": 500, "ignore": ignore}
+    raw = gateway_config(resource("ci", URI, f"{upstream.url}/doc", strategy))
+    return Gateway(check.load(raw, environ={}), Options(clock=clock))
+
+
+async def test_ignored_durations_moving_never_notify_and_a_status_moving_does(
+    upstream: Upstream, clock: ManualClock
+) -> None:
+    upstream.set("/doc", pipeline("running", 1.0))
+    gw = ignoring_gateway(upstream, clock, DURATIONS)
+    sub = await subscribed(gw)
+    for seconds in (2.0, 3.5, 5.25):  # the upstream recomputes them on every read while the job runs
+        upstream.set("/doc", pipeline("running", seconds))
+        await clock.tick()
+    assert upstream.hits["/doc"] == 4  # every poll read the body; none of them was a change
+    assert sub.outbox.pending == 0
+    upstream.set("/doc", pipeline("success", 6.0))
+    await clock.tick()
+    assert await sub.outbox.get() == (URI, "poll")
+    await gw.aclose()
+
+
+async def test_a_read_still_returns_the_ignored_fields(upstream: Upstream, clock: ManualClock) -> None:
+    upstream.set("/doc", pipeline("running", 3.5))
+    gw = ignoring_gateway(upstream, clock, DURATIONS)
+    await subscribed(gw)
+    binding = gw.readable(URI, Principal("tester"))
+    assert binding is not None
+    content = await gw.read(binding)
+    assert json.loads(content.body)["jobs"][1] == {
+        "id": 2,
+        "status": "running",
+        "duration": 3.5,
+        "queued_duration": 0.35,
+    }
+    await gw.aclose()
+
+
+async def test_with_ignore_only_the_json_counts_not_its_layout(upstream: Upstream, clock: ManualClock) -> None:
+    upstream.set("/doc", '{"a": 1, "b": 2}')
+    gw = ignoring_gateway(upstream, clock, ["/t"])
+    sub = await subscribed(gw)
+    upstream.set("/doc", '{\n  "b": 2,\n  "a": 1\n}')
+    await clock.tick()
+    assert sub.outbox.pending == 0
+    await gw.aclose()
+
+
+async def test_without_ignore_the_raw_bytes_count_as_before(upstream: Upstream, clock: ManualClock) -> None:
+    upstream.set("/doc", '{"a": 1, "b": 2}')
+    gw = make_gateway(upstream, clock)
+    sub = await subscribed(gw)
+    upstream.set("/doc", '{\n  "b": 2,\n  "a": 1\n}')
+    await clock.tick()
+    assert await sub.outbox.get() == (URI, "poll")
+    await gw.aclose()
+
+
+async def test_a_body_that_is_not_json_refuses_the_subscription_saying_why(
+    upstream: Upstream, clock: ManualClock
+) -> None:
+    upstream.set("/doc", "<html>a job list</html>", content_type="text/html")
+    gw = ignoring_gateway(upstream, clock, DURATIONS)
+    with pytest.raises(StrategyError) as refused:
+        await subscribed(gw)
+    message = str(refused.value)
+    assert f"{URI}: the body is not JSON: watch.strategy.ignore needs a JSON body" in message
+    assert isinstance(refused.value.read, ReadError)
+    assert gw.running_watches() == []
+    await gw.aclose()
+
+
+async def test_a_body_turning_non_json_later_is_a_skipped_and_counted_poll(
+    upstream: Upstream, clock: ManualClock
+) -> None:
+    upstream.set("/doc", pipeline("running", 1.0))
+    gw = ignoring_gateway(upstream, clock, DURATIONS)
+    sub = await subscribed(gw)
+    upstream.set("/doc", "<html>maintenance</html>", content_type="text/html")
+    await clock.tick()
+    assert sub.outbox.pending == 0
+    assert gw.metrics.poll_failures.labels("poll")._value.get() == 1
+    upstream.set("/doc", pipeline("running", 2.0))  # the baseline did not move: still no change
+    await clock.tick()
+    assert sub.outbox.pending == 0
+    await gw.aclose()
+
+
+def test_a_bad_ignore_pointer_is_a_configuration_error_naming_the_field() -> None:
+    strategy = {"type": "poll", "ignore": ["/jobs/*/duration", "/jobs/~2", "jobs", ""]}
+    with pytest.raises(check.ConfigError) as refused:
+        check.load(gateway_config(resource("ci", URI, "http://u/doc", strategy)), environ={})
+    field = "mcp.capabilities.resources[0].watch.strategy.ignore"
+    assert {(p.path, p.message.split(":")[0]) for p in refused.value.problems} == {
+        (f"{field}[1]", "'/jobs/~2'"),
+        (f"{field}[2]", "'jobs' is not a JSON Pointer"),
+        (f"{field}[3]", "the empty pointer is the whole document"),
+    }
+    assert f"{field}[1]: '/jobs/~2': '~2' is not an escape" in str(refused.value)

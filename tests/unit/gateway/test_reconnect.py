@@ -20,8 +20,14 @@ class InstantClock:
     def __init__(self) -> None:
         self.slept: list[float] = []
 
+    def now(self) -> float:
+        return 0.0
+
     async def sleep(self, seconds: float) -> None:
         self.slept.append(seconds)
+
+    async def sleep_until(self, deadline: float) -> None:
+        raise AssertionError("no deadline is waited on here")
 
 
 def context(clock: base.Clock) -> base.WatchContext:

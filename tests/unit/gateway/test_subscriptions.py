@@ -160,8 +160,8 @@ async def test_legacy_subscribe_to_an_unknown_uri_is_refused_with_invalid_params
 @ERAS
 async def test_a_resource_without_a_watch_cannot_be_subscribed(running: RunningGateway, mode: str) -> None:
     e = await refusal(running.mcp_url, mode, [PLAIN])
-    assert e.code == errors.NOT_SUBSCRIBABLE
-    assert e.message == f"{PLAIN} has no watch configured, so it cannot be subscribed"
+    assert e.code == errors.INVALID_PARAMS == -32602
+    assert e.message == f"{PLAIN} has no watch, so it cannot be subscribed; read it instead"
     assert running.gw.running_watches() == []
 
 
@@ -170,7 +170,7 @@ async def test_a_uri_the_backend_refuses_is_refused_before_any_acknowledgement(
     running: RunningGateway, mode: str
 ) -> None:
     e = await refusal(running.mcp_url, mode, ["drive://doc/missing"])
-    assert e.code == errors.WATCH_START_FAILED
+    assert e.code == errors.INVALID_PARAMS  # unreadable on the first read: do not retry as is
     assert e.message == (
         "the watch could not start: baseline read failed: drive://doc/missing: upstream answered HTTP 404, "
         "expected one of 200"
@@ -199,7 +199,7 @@ async def test_a_read_outside_expected_status_codes_is_a_clear_error_without_hea
     async with legacy_client(gw.mcp_url) as sub:
         with pytest.raises(MCPError) as e:
             await sub.client.read_resource("x://x")
-    assert e.value.code == errors.UPSTREAM_READ_FAILED
+    assert e.value.code == errors.INTERNAL_ERROR  # transient: retry
     assert e.value.message == "x://x: upstream answered HTTP 503, expected one of 200"
     assert upstream.headers_seen[-1]["Authorization"] == "Bearer s3cr3t"
 

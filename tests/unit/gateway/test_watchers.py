@@ -12,6 +12,7 @@ from mcpg_gateway.errors import StrategyError
 from mcpg_gateway.metrics import Metrics
 from mcpg_gateway.strategies import base, memory
 from mcpg_gateway.subscribers import Subscriber
+from mcpg_testing.clock import ManualClock
 
 
 def binding(uri: str) -> catalog.Binding:
@@ -132,7 +133,7 @@ async def test_a_crashing_strategy_is_restarted_and_counted() -> None:
     metrics = Metrics()
     released = asyncio.Event()
 
-    class Clock:
+    class Clock(ManualClock):
         async def sleep(self, seconds: float) -> None:
             released.set()
 
