@@ -159,7 +159,8 @@ def _subscriptions(cfg: config.GatewayConfig, served: Surface) -> dict[str, Any]
         "end_reason_meta_key": WATCH_END_META_KEY,
         "ending": (
             f"A {LISTEN} the gateway ends is answered with a result whose _meta carries the reason and a "
-            f"sentence of advice. A {SUBSCRIBE} ends with its session and carries no reason."
+            f"sentence of advice. A {SUBSCRIBE} holds no open request, so one the gateway ends (its lifetime, an "
+            "eviction, a resource gone) ends silently; use {LISTEN} to be told why."
         ),
         "lease": cfg.gateway.subscriptions.model_dump(include=set(_LEASE_FIELDS)),
         "limits": cfg.gateway.limits.model_dump(include=set(_LIMIT_FIELDS)),

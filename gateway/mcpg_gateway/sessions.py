@@ -20,6 +20,8 @@ from collections import Counter
 from typing import Any
 
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mcpg_gateway import errors
@@ -28,6 +30,7 @@ from mcpg_gateway.metrics import Metrics
 logger = logging.getLogger(__name__)
 
 SESSION_HEADER = b"mcp-session-id"
+VERSION_HEADER = MCP_PROTOCOL_VERSION_HEADER.lower().encode("ascii")
 
 
 class SessionLimit:
@@ -74,10 +77,18 @@ class SessionLimit:
 
 
 def _opener(scope: Scope) -> str | None:
-    """The principal of a request that would open a session; None for any other request."""
+    """The principal of a request that would open a session; None for any other request.
+
+    The SDK routes by the protocol-version header: one naming a version past the handshake era (2026-07-28) is
+    served without a session, so only a handshake-era POST with no session id opens one.
+    """
     if scope["type"] != "http" or scope.get("method") != "POST":
         return None
-    if any(name.lower() == SESSION_HEADER for name, _ in scope.get("headers", ())):
+    headers = {name.lower(): value for name, value in scope.get("headers", ())}
+    if SESSION_HEADER in headers:
+        return None
+    version = headers.get(VERSION_HEADER)
+    if version is not None and version.decode("latin-1") not in HANDSHAKE_PROTOCOL_VERSIONS:
         return None
     user = scope.get("user")
     token = getattr(user, "access_token", None)

@@ -111,6 +111,8 @@ class WatchRegistry:
         self._watchers: dict[str, Watcher] = {}
         self._stopping: set[asyncio.Task[None]] = set()
         self._lifetimes: collections.deque[_Lifetime] = collections.deque()
+        self._subscriptions = 0
+        """(subscriber, URI) pairs held now: the live entries among `_lifetimes`."""
         self._lifetime_added = asyncio.Event()
         self._reaper: asyncio.Task[None] | None = None
 
@@ -229,6 +231,7 @@ class WatchRegistry:
         now = self._clock.now()
         sub.uris.add(binding.uri)
         sub.since[binding.uri] = now
+        self._subscriptions += 1
         self.holdings.add(sub.principal_id, binding.uri)
         self._schedule_end_of_life(_Lifetime(now + self.terms.lifetime_s, sub, binding.uri, now))
         return watcher
@@ -238,6 +241,7 @@ class WatchRegistry:
             return
         sub.uris.discard(uri)
         sub.since.pop(uri, None)
+        self._subscriptions -= 1
         self.holdings.remove(sub.principal_id, uri)
         watcher = self._watchers.get(uri)
         if watcher is None or sub not in watcher.subscribers:
@@ -275,7 +279,7 @@ class WatchRegistry:
         # Every lifetime is the same length, so deadlines arrive in order and a deque is the schedule. Ended
         # subscriptions leave stale entries behind; compact them away before they outnumber the live ones.
         self._lifetimes.append(entry)
-        if len(self._lifetimes) > 64 and len(self._lifetimes) > 2 * self.holdings.total + 64:
+        if len(self._lifetimes) > 2 * self._subscriptions + 64:
             self._lifetimes = collections.deque(e for e in self._lifetimes if e.live)
         self._lifetime_added.set()
         if self._reaper is None or self._reaper.done():

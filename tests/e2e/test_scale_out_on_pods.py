@@ -30,6 +30,7 @@ from mcpg_testing.controlplane import ControlPlane
 from mcpg_testing.leaks import assert_absent
 from mcpg_testing.manifests import polled
 from mcpg_testing.operators import OperatorReplicas
+from mcpg_testing.pods import gateway_pods
 
 URI, SENTINEL = "scaled://reports", "scaled://sentinel"
 CLIENT_TOKEN = "scale-out-client-" + "s" * 24
@@ -81,22 +82,6 @@ def get(plane: ControlPlane, *args: str) -> dict[str, Any]:
 def token(plane: ControlPlane, ns: str, name: str) -> str:
     secret = get(plane, "-n", ns, "secret", f"{name}-webhook")
     return base64.b64decode(secret["data"]["token"]).decode()
-
-
-def gateway_pods(plane: ControlPlane, ns: str) -> dict[str, str]:
-    """Pod name -> its public base URL, for the running gateway pods of `ns` (the kubelet's records)."""
-    ready = {
-        p["metadata"]["name"]
-        for p in get(plane, "-n", ns, "pods", "-l", "app.kubernetes.io/name=mcpg-gateway")["items"]
-        if p["metadata"].get("deletionTimestamp") is None
-        and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
-    }
-    out = {}
-    for key, record in plane.local_pods().items():
-        pod_ns, name = key.split("/", 1)
-        if pod_ns == ns and name in ready:
-            out[name] = f"http://127.0.0.1:{record['ports']['8080']}"
-    return out
 
 
 async def post(url: str) -> int:

@@ -30,6 +30,10 @@ OPERATOR_SETTINGS = {
     "MCPG_GATEWAY_IMAGE": runtimes.GATEWAY_IMAGE,
     # Three replicas rolled one at a time: more interleavings for the rotation samples to cover.
     "MCPG_GATEWAY_REPLICAS": "3",
+    # Not the gateway's defaults, so a test can tell they were rendered (`test_limits_on_pods.py`); looser than
+    # the defaults where another test might meet them.
+    "MCPG_GATEWAY_LIMITS": '{"watches_per_principal": 12, "listen_streams_per_principal": 96}',
+    "MCPG_GATEWAY_SUBSCRIPTIONS": '{"idle_after_s": 2400}',
     # Two operator replicas contend for the Lease, as the chart runs them; a short lease makes a killed leader's
     # successor take over within seconds (the chart keeps controller-runtime's 15 s).
     "MCPG_LEADER_ELECTION_LEASE_DURATION_SECONDS": "4",

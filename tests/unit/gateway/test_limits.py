@@ -194,6 +194,21 @@ async def test_one_principal_cannot_take_every_session_and_others_are_still_serv
         assert (await bob.next()).uri == hook(0)
 
 
+async def test_a_principal_at_its_session_limit_still_makes_2026_requests_which_open_no_session(
+    gateway_factory: GatewayFactory, upstream: Upstream
+) -> None:
+    gw = await gateway_factory(config(upstream, sessions_per_principal=1))
+    async with watching(gw.mcp_url, "legacy", [hook(0)], ALICE):
+        async with httpx2.AsyncClient(timeout=BOUND_S) as http:
+            assert (await open_session(http, gw.mcp_url, ALICE)).status_code == 429  # the limit holds
+        async with (
+            watching(gw.mcp_url, "listen", [hook(1)], ALICE) as modern,
+            watching(gw.mcp_url, "listen", [hook(2)], ALICE),
+        ):
+            await fire(gw, 1)
+            assert (await modern.next()).uri == hook(1)
+
+
 # --- codes of the first read ----------------------------------------------------------------------------------
 
 

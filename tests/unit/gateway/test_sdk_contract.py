@@ -38,3 +38,5 @@ def test_the_session_manager_records_who_opened_each_session_where_the_session_l
     assert "self._session_owners[session_id] = requestor" in source
     assert "self._session_owners.pop(session_id, None)" in source
     assert AuthorizationContext.__annotations__["client_id"] in (str, "str")
+    # ...and that only a handshake-era request without a session id can open one (the modern era opens none).
+    assert "if pv is not None and pv not in HANDSHAKE_PROTOCOL_VERSIONS:" in source

@@ -146,3 +146,25 @@ async def test_a_crashing_strategy_is_restarted_and_counted() -> None:
     assert released.is_set()
     assert metrics.strategy_restarts.labels("poll")._value.get() == 1
     await registry.close()
+
+
+async def test_the_lifetime_schedule_stays_bounded_by_the_live_subscriptions(registry: watchers.WatchRegistry) -> None:
+    # Every subscription schedules its end; ended ones leave stale entries, compacted before they pile up. A
+    # thousand subscribers of one URI are a thousand live entries, each kept once (not compacted over and over).
+    crowd = [Subscriber("session") for _ in range(1000)]
+    await registry.subscribe(binding("x://shared"), crowd[0])
+    schedule = registry._lifetimes
+    for sub in crowd[1:]:
+        await registry.subscribe(binding("x://shared"), sub)
+    assert registry._lifetimes is schedule  # live entries only: nothing to compact, so never rebuilt
+    assert len(schedule) == 1000
+    churner = Subscriber("session")
+    for _ in range(5000):
+        await registry.subscribe(binding("x://churn"), churner)
+        registry.unsubscribe("x://churn", churner)
+    assert len(registry._lifetimes) <= 2 * 1000 + 64 + 1
+    for sub in crowd:
+        registry.drop(sub)
+    await registry.subscribe(binding("x://last"), churner)
+    assert len(registry._lifetimes) <= 64 + 2
+    await registry.close()
