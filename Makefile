@@ -47,6 +47,10 @@ lint: venv ## ruff, formatting, mypy --strict, import-linter's layer contracts, 
 test-unit: venv ## unit tier
 	$(BIN)/pytest tests/unit
 
+.PHONY: test-fuzz
+test-fuzz: venv ## fuzz tier: Hypothesis properties of every parser of hostile text, on the long profile
+	MCPG_FUZZ_PROFILE=long $(BIN)/pytest tests/fuzz
+
 .PHONY: test-integration
 test-integration: venv binaries image-envs ## integration tier: real PostgreSQL, NATS, HTTP upstreams, the image installs and the benchmark smoke run
 	$(BIN)/pytest tests/integration
@@ -56,7 +60,7 @@ test-e2e: venv binaries image-envs ## end-to-end tier on the local control plane
 	$(BIN)/pytest tests/e2e
 
 .PHONY: test
-test: lint test-unit test-integration test-e2e ## every tier, exactly what CI runs
+test: lint test-unit test-fuzz test-integration test-e2e ## every tier, exactly what CI runs
 
 .PHONY: bench
 bench: venv binaries image-envs ## benchmarks, each figure a ratio to a same-run reference; writes bench/results.json and docs/benchmarks.md

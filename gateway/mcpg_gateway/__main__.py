@@ -10,9 +10,9 @@ import signal
 import sys
 from pathlib import Path
 
-from mcpg_gateway import logs, servers
+from mcpg_gateway import admin_app, logs, servers
 from mcpg_gateway.contract import check, config
-from mcpg_gateway.contract.errors import ConfigError
+from mcpg_gateway.contract.errors import ConfigError, Problem
 from mcpg_gateway.gateway import Gateway, Options
 
 logger = logging.getLogger("mcpg_gateway")
@@ -34,8 +34,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logs.configure(args.log_format, args.log_level)
     try:
+        admin_token = os.environ.get("MCPG_ADMIN_TOKEN") or None
+        if admin_token is not None and (why := admin_app.admin_token_problem(admin_token)) is not None:
+            raise ConfigError([Problem("MCPG_ADMIN_TOKEN", why)])  # before any port is bound; --check too
         cfg = check.load_file(args.config)
-        gw_options = Options(admin_token=os.environ.get("MCPG_ADMIN_TOKEN") or None)
+        gw_options = Options(admin_token=admin_token)
         if args.check:
             Gateway(cfg, gw_options)
             print(f"{args.config}: configuration is valid")

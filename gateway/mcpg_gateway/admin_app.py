@@ -1,11 +1,14 @@
 """The admin HTTP surface (port 9090): /metrics, and /admin/v1/* behind the admin token.
 
-The admin API needs `Authorization: Bearer $MCPG_ADMIN_TOKEN`, compared in constant time; with no admin token
-configured it answers 403 and says how to enable it. Nothing here shows a secret: a webhook token appears only
-when the gateway generated it itself (the user has no other way to learn it). On a bus, each pull watch says
-whether this gateway owns it (`owner`), and /admin/v1/bus shows the bus as this gateway sees it (host:port).
-/admin/v1/upstreams lists the upstreams that rate-limited this gateway (host:port, never their credentials), and
-each watch says until when its reads are paused by one (`rate_limited_until`).
+The admin API needs `Authorization: Bearer $MCPG_ADMIN_TOKEN` (the scheme in any case, as RFC 7235 has it and
+`/mcp` takes it), the token compared as bytes in constant time; with no admin token configured it answers 403 and
+says how to enable it. The token must be visible ASCII: a header's bytes are compared with it, and a client
+sends non-ASCII as UTF-8 while the server reads headers as latin-1, so such a token could never match; the app
+refuses to build with one. Nothing here shows a secret: a webhook token appears only when the gateway generated
+it itself (the user has no other way to learn it). On a bus, each pull watch says whether this gateway owns it
+(`owner`), and /admin/v1/bus shows the bus as this gateway sees it (host:port). /admin/v1/upstreams lists the
+upstreams that rate-limited this gateway (host:port, never their credentials), and each watch says until when
+its reads are paused by one (`rate_limited_until`).
 """
 
 from __future__ import annotations
@@ -21,12 +24,36 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from mcpg_gateway.contract.errors import ConfigError, Problem
 from mcpg_gateway.gateway import Gateway
 
 Endpoint = Callable[[Request], Awaitable[Response]]
+ADMIN_TOKEN_ENV = "MCPG_ADMIN_TOKEN"  # noqa: S105  # the variable's name, not a token
+
+
+def admin_token_problem(token: str) -> str | None:
+    """Why `token` cannot be the admin token, or None. Names no character of it: it is a secret."""
+    outside = sum(1 for char in token if not "!" <= char <= "~")
+    if not outside:
+        return None
+    return (
+        "the admin token must consist only of visible ASCII characters (0x21-0x7E), since an HTTP header carries "
+        f"it; this one has {outside} character(s) outside that range"
+    )
+
+
+def bearer_credentials(authorization: str) -> bytes | None:
+    """The credentials of an `Authorization: Bearer …` header value, as the bytes sent; None for another scheme."""
+    scheme, _, credentials = authorization.partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    return credentials.lstrip(" ").encode("latin-1")  # Starlette decoded the header as latin-1: its bytes again
 
 
 def build(gw: Gateway) -> Starlette:
+    """The admin app; ConfigError if `MCPG_ADMIN_TOKEN` is set to a token no client could present."""
+    if gw.options.admin_token and (problem := admin_token_problem(gw.options.admin_token)):
+        raise ConfigError([Problem(ADMIN_TOKEN_ENV, problem)])
     return Starlette(
         routes=[
             Route("/metrics", endpoint=_metrics(gw)),
@@ -52,8 +79,8 @@ def _admin(gw: Gateway, view: Callable[[Gateway], dict[str, Any]]) -> Endpoint:
             return JSONResponse(
                 {"error": "the admin API is disabled: set MCPG_ADMIN_TOKEN to enable it"}, status_code=403
             )
-        presented = request.headers.get("authorization", "")
-        if not hmac.compare_digest(presented.encode(), f"Bearer {expected}".encode()):
+        presented = bearer_credentials(request.headers.get("authorization", ""))
+        if presented is None or not hmac.compare_digest(presented, expected.encode("ascii")):
             return JSONResponse(
                 {"error": "missing or wrong admin token"},
                 status_code=401,

@@ -5,6 +5,12 @@ accept failed and asyncio logged each failure with a traceback (60 MB in 10 s), 
 port a `Guard` caps the open connections, closing the one idle longest to make room, and holds each connection
 to a deadline for its request headers and body; the caps fit under RLIMIT_NOFILE; accept errors are logged at a
 bounded rate. A request in flight (an SSE stream included) is never idle, so never closed for the cap.
+
+Each request's head is held to limits here too, below every ASGI app so no route can forget them: at most
+`MAX_REQUEST_LINE_BYTES` of request line (else 414), `MAX_HEAD_BYTES` in all and `MAX_HEADER_FIELDS` fields (else
+431), measured as the bytes h11 consumed, so the answer does not depend on how the head was split into packets. A
+request with both Content-Length and Transfer-Encoding (the shape of request smuggling) is refused with 400. Each
+refusal closes the connection.
 """
 
 from __future__ import annotations
@@ -18,9 +24,10 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
+import h11
 from prometheus_client import Counter
 from uvicorn.config import Config
-from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
+from uvicorn.protocols.http.h11_impl import STATUS_PHRASES, H11Protocol, RequestResponseCycle
 from uvicorn.server import ServerState
 
 from mcpg_gateway.contract.config import LimitsConfig
@@ -38,7 +45,20 @@ LOG_EVERY_S = 10.0
 ACCEPT_ERROR_MESSAGE = "socket.accept() out of system resource"
 """What asyncio's selector loop says when an accept fails with EMFILE, ENFILE, ENOBUFS or ENOMEM."""
 
+MAX_REQUEST_LINE_BYTES = 8 * 1024
+"""Method, target and version, without the line end: a longer request line is refused with 414."""
+MAX_HEAD_BYTES = 16 * 1024
+"""The whole request head, request line and final blank line included (Node.js's default): else 431."""
+MAX_HEADER_FIELDS = 100
+"""Header fields in one request: more is refused with 431."""
+HTTP_LOGGER = "mcpg_gateway.http"
+"""uvicorn's per-request lines (a refused request, an app's exception): under our root handler, which bounds them;
+uvicorn's own `uvicorn.error` logger has a handler of its own."""
+
 ExceptionHandler = Callable[[asyncio.AbstractEventLoop, dict[str, Any]], object]
+Refusal = tuple[int, str]
+"""A refused request's status and the fixed text answered with it (never the client's bytes)."""
+REFUSED_BY_H11: dict[int, str] = {400: "Invalid HTTP request.", 501: "Transfer-Encoding other than chunked."}
 
 
 class Throttle:
@@ -182,6 +202,64 @@ class GuardedSocket(socket.socket):
             conn.close()  # at the cap with none idle: the new connection is closed at once
 
 
+class HeadLimits(h11.Connection):
+    """h11's server side, holding each request head to the limits however it was split into packets.
+
+    h11 bounds only an incomplete head (`max_incomplete_event_size`); a head that arrives whole in one read is
+    parsed at any size. So each parsed head is measured as well, as the bytes its parse took from the buffer.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+        self.refused: Refusal | None = None
+        """Why the last event was refused, for the answer; None until then."""
+
+    def next_event(self) -> h11.Event | type[h11.NEED_DATA] | type[h11.PAUSED]:
+        heading = self.their_state is h11.IDLE
+        # h11 has no public size of its buffer (`trailing_data` copies it, body bytes included, per request).
+        before = len(self._receive_buffer)
+        try:
+            event = super().next_event()
+        except h11.RemoteProtocolError as e:
+            too_long = heading and e.error_status_hint == 431  # h11's bound on an incomplete head
+            self.refused = _incomplete_head(bytes(self._receive_buffer)) if too_long else _refused_by_h11(e)
+            raise
+        if isinstance(event, h11.Request):
+            self.refused = head_refusal(event, before - len(self._receive_buffer))
+            if self.refused is not None:
+                raise h11.RemoteProtocolError(self.refused[1], error_status_hint=self.refused[0])
+        return event
+
+
+def head_refusal(request: h11.Request, size: int) -> Refusal | None:
+    """Why a complete request head of `size` bytes is refused, or None."""
+    line = len(request.method) + len(request.target) + len(b"HTTP/") + len(request.http_version) + 2
+    if line > MAX_REQUEST_LINE_BYTES:
+        return 414, f"Request line longer than {MAX_REQUEST_LINE_BYTES} bytes."
+    if size > MAX_HEAD_BYTES or len(request.headers) > MAX_HEADER_FIELDS:
+        return 431, f"Request head over {MAX_HEAD_BYTES} bytes or {MAX_HEADER_FIELDS} header fields."
+    names = {name for name, _ in request.headers}  # h11 gives them lower-cased
+    if b"content-length" in names and b"transfer-encoding" in names:
+        # RFC 9112 6.3 lets a server refuse it; reading it either way is how a proxy and a server disagree.
+        return 400, "Both Content-Length and Transfer-Encoding."
+    return None
+
+
+def _incomplete_head(buffered: bytes) -> Refusal:
+    """h11 gave up on a head longer than MAX_HEAD_BYTES before its end: 414 when its request line is too long,
+    as the complete head would have been told."""
+    end = buffered.find(b"\n")
+    line = len(buffered) if end < 0 else len(buffered[:end].removesuffix(b"\r"))
+    if line > MAX_REQUEST_LINE_BYTES:
+        return 414, f"Request line longer than {MAX_REQUEST_LINE_BYTES} bytes."
+    return 431, f"Request head over {MAX_HEAD_BYTES} bytes or {MAX_HEADER_FIELDS} header fields."
+
+
+def _refused_by_h11(e: h11.RemoteProtocolError) -> Refusal:
+    status = e.error_status_hint if e.error_status_hint in REFUSED_BY_H11 else 400
+    return status, REFUSED_BY_H11[status]
+
+
 class GuardedProtocol(H11Protocol):
     """uvicorn's h11 protocol, held to the guard's deadlines and reported to it as idle or busy.
 
@@ -200,6 +278,8 @@ class GuardedProtocol(H11Protocol):
         _loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         super().__init__(config, server_state, app_state, _loop)
+        self.conn = self._head = HeadLimits()
+        self.logger = logging.getLogger(HTTP_LOGGER)
         self._deadline: asyncio.TimerHandle | None = None
         self._deadline_reason = ""
         self._closed_by_guard = False
@@ -227,6 +307,20 @@ class GuardedProtocol(H11Protocol):
         self._disarm()
         self.guard.lost(self, self._closed_by_guard)
         super().connection_lost(exc)
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to a request h11 or the head limits refused, with the status that says why; then close."""
+        status, text = self._head.refused or (400, REFUSED_BY_H11[400])
+        body = text.encode()
+        headers = [
+            (b"content-type", b"text/plain; charset=utf-8"),
+            (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close"),
+        ]
+        response = h11.Response(status_code=status, headers=headers, reason=STATUS_PHRASES[status])
+        for event in (response, h11.Data(data=body), h11.EndOfMessage()):
+            self.transport.write(self.conn.send(event))
+        self.transport.close()
 
     def close_for(self, reason: str) -> None:
         """Abort, not close: a peer that reads nothing must not keep the descriptor through a pending write."""

@@ -63,9 +63,11 @@ class Gateway:
         self.webhooks = webhooks.build_index(cfg.mcp.capabilities.resources)
         self._catalog = catalog.Catalog(cfg.mcp.capabilities)
         self._policies = policy.Policies(expressions, self.metrics.policy_errors)
-        self._reader = reader.HttpReader(self.options.clock, self.metrics)
+        self._reader = reader.HttpReader(self.options.clock, self.metrics, cfg.gateway.limits.upstream_connections)
         self._shared = registry.open_shared(cfg)
-        build = watchers.build_with(registry.build, self._read_bytes, self.options.clock, self._shared)
+        build = watchers.build_with(
+            registry.build, self._read_bytes, self.options.clock, self._shared, digest=self._reader.digest
+        )
         self.bus = self._bus(cfg.gateway.bus)
         self.owners = ownership.Owners(self.bus, self.options.clock) if self.bus is not None else None
         """Which pull watches this gateway reads for all (on a bus)."""
@@ -116,8 +118,10 @@ class Gateway:
         """The resources `principal` may read: listing the rest would reveal that they exist."""
         return [r for r in self._catalog.resources if self._policies.may_read(principal, catalog.Binding(r.uri, r))]
 
-    def templates(self) -> list[config.ResourceTemplateConfig]:
-        return list(self._catalog.templates)
+    def templates(self, principal: identity.Principal) -> list[config.ResourceTemplateConfig]:
+        """The templates `principal` could read under: one whose read policy is false for them whatever the URI
+        is left out, as a resource they may not read is (`policy.Policies.may_list_template`)."""
+        return [t for t in self._catalog.templates if self._policies.may_list_template(principal, t)]
 
     async def read(self, binding: catalog.Binding) -> reader.Content:
         return await self._reader.read(binding)

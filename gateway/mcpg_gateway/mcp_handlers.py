@@ -29,6 +29,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 
 from mcpg_gateway import card, catalog, errors, limits
+from mcpg_gateway.contract import uris
 from mcpg_gateway.errors import ReadError, StrategyError
 from mcpg_gateway.gateway import Gateway
 from mcpg_gateway.identity import Principal
@@ -91,6 +92,7 @@ class _Handlers:
         self, ctx: Ctx, params: types.PaginatedRequestParams | None
     ) -> types.ListResourceTemplatesResult:
         self._renew(ctx)
+        principal = self._caller()
         return types.ListResourceTemplatesResult(
             resource_templates=[
                 types.ResourceTemplate(
@@ -100,7 +102,7 @@ class _Handlers:
                     mime_type=t.mime_type,
                     _meta=card.meta(t),
                 )
-                for t in self.gw.templates()
+                for t in self.gw.templates(principal)
             ]
         )
 
@@ -191,10 +193,18 @@ class _Handlers:
             raise MCPError(errors.UNAVAILABLE, "the gateway is shutting down; subscribe again on another replica")
 
     def _readable(self, uri: str, principal: Principal) -> catalog.Binding:
-        """The binding of `uri` if `principal` may read it; otherwise exactly the unknown-resource error."""
+        """The binding of `uri` if `principal` may read it; otherwise exactly the unknown-resource error.
+        A URI the gateway would not serve as written is refused first, saying why (that depends on its text
+        alone, so it reveals nothing about what exists)."""
+        try:
+            uris.check(uri)
+        except uris.UriError as e:
+            raise MCPError(types.INVALID_PARAMS, f"invalid resource URI: {e}") from None
         binding = self.gw.readable(uri, principal)
         if binding is None:
             raise MCPError(types.INVALID_PARAMS, f"unknown resource: {uri}")
+        if binding.uri != uri:  # a template's value spelled otherwise than its expansion (`catalog._bound`)
+            raise MCPError(types.INVALID_PARAMS, f"invalid resource URI: {uris.NotCanonical(binding.uri)}")
         return binding
 
     def _watchable(self, uri: str, principal: Principal, method: str) -> catalog.Binding:

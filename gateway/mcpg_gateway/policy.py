@@ -22,6 +22,8 @@ logger = logging.getLogger(__name__)
 
 _STATUS_CODE = re.compile(r"^([A-Z_]+):")
 _LOGGED_DETAIL_MAX = 300
+_MISSING_RESOURCE_VALUE = re.compile(r'No value with name "resource\.')
+"""cel-cpp's error for a variable the activation lacks: how a template's listing sees that a policy needs the URI."""
 
 
 class Failures:
@@ -107,6 +109,31 @@ class Policies:
         policy = self._expressions.read_policies.get(binding.entry.name)
         inputs = {**subscriber_inputs(principal), **resource_inputs(binding)}
         return policy is None or allows(policy, inputs, self._failures)
+
+    def may_list_template(self, principal: Principal | None, entry: config.ResourceTemplateConfig) -> bool:
+        """Whether `resources/templates/list` shows `entry` to `principal`: unless its read policy is false for
+        them whatever the concrete URI. The policy runs with the caller's fields and the template's name only;
+        CEL's `&&` and `||` decide without the missing operand when the other one settles it, so an error that
+        a `resource.*` value is missing means the answer depends on the URI: the template is listed, and each
+        read under it is still checked."""
+        if principal is None:
+            return False
+        policy = self._expressions.read_policies.get(entry.name)
+        if policy is None:
+            return True
+        inputs = {**subscriber_inputs(principal), "resource.name": entry.name}
+        try:
+            value = policy.program.eval(data=inputs)
+        except Exception as e:  # isolation boundary, as in `allows`
+            self._failures.record(policy.site, f"{type(e).__name__}: {e}")
+            return False
+        if value.type() == cel.Type.BOOL:
+            return bool(value.value())
+        detail = str(value.value()) if value.type() == cel.Type.ERROR else f"NOT_BOOL: {value.type().name()}"
+        if _MISSING_RESOURCE_VALUE.search(detail):
+            return True
+        self._failures.record(policy.site, detail)
+        return False
 
     def should_tell(self, binding: catalog.Binding, sub: Subscriber) -> bool:
         """The notification filter, for one subscriber of a fired URI. Never raises."""

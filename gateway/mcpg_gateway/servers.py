@@ -61,6 +61,7 @@ def _uvicorn(app: object, graceful_s: int, guard: connections.Guard) -> _Server:
         app,  # type: ignore[arg-type]  # a Starlette or plain ASGI app; uvicorn's type names its own protocols
         lifespan="off",
         log_level="warning",
+        log_config=None,  # no handlers of uvicorn's own: its lines go through ours (`logs.py`), bounded and escaped
         access_log=False,
         timeout_graceful_shutdown=graceful_s,
         http=connections.protocol_for(guard),

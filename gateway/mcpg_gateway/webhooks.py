@@ -3,10 +3,11 @@ selects.
 
 - The token index: tokens (current and `previous_tokens`) by SHA-256 digest, so a lookup hashes the presented
   token first and compares digests, and the time it takes says nothing of how much of a real token was guessed.
-- The route, as a plain ASGI app in front of the public Starlette app: it is the gateway's hottest path (every
-  upstream change arrives here) and needs nothing a framework adds; Starlette's router and middleware cost more
-  than the handler itself (see docs/performance-notes.md). The body is consumed up to a small bound and never
-  used: only the token in the path selects the resource.
+- The route, as a plain ASGI app in front of the public Starlette app, answering all of `/webhooks/` in JSON
+  (the Origin rule is `origins.py`'s; request framing and head limits are `connections.py`'s). It is the gateway's
+  hottest path (every upstream change arrives here) and needs nothing a framework adds; Starlette's router and
+  middleware cost more than the handler itself (see docs/performance-notes.md). The body is consumed up to a
+  small bound and never used: only the token in the path selects the resource.
 - The watch strategy: passive. A webhook watch waits; the route fires its URI.
 
 On a bus the route announces the fire to every gateway; when the bus cannot take it the route answers 503
@@ -35,6 +36,8 @@ from mcpg_gateway.strategies import base
 logger = logging.getLogger(__name__)
 
 PREFIX = "/webhooks/resource-updated/"
+NAMESPACE = "/webhooks/"
+"""The route answers every path under it, in JSON: one with no route is a 404 like an unknown token's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +57,8 @@ class TokenIndex:
         self._routes: dict[bytes, Route] = {}
 
     def lookup(self, token: str) -> Route | None:
+        if not token.isascii():  # no configured token is (config.WebhookStrategy), and not every str can be hashed
+            return None
         return self._routes.get(digest(token))
 
     def routes(self) -> list[Route]:
@@ -133,8 +138,11 @@ class WebhookRoute:
         self.bus_unavailable = requests.labels("bus_unavailable")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith(PREFIX):
+        if scope["type"] != "http" or not scope["path"].startswith(NAMESPACE):
             await self.fallback(scope, receive, send)
+            return
+        if not scope["path"].startswith(PREFIX):
+            await _respond(send, 404, {"error": "no webhook route here; POST to /webhooks/resource-updated/{token}"})
             return
         if scope["method"] != "POST":
             await _respond(send, 405, {"error": "use POST"}, [(b"allow", b"POST")])
@@ -143,11 +151,10 @@ class WebhookRoute:
         await _respond(send, status, body)
 
     async def _handle(self, scope: Scope, receive: Receive) -> tuple[int, dict[str, Any]]:
-        headers = {name.lower(): value for name, value in scope["headers"]}
-        origin = headers.get(b"origin")
-        if not origins.allowed(origin.decode("latin-1") if origin else None, self.server.allowed_origins):
+        if not origins.allowed(scope["headers"], self.server.allowed_origins):
             self.forbidden.inc()
-            return 403, {"error": "origin not allowed"}
+            return 403, origins.REFUSAL
+        headers = dict(scope["headers"])  # ASGI gives names lower-cased; the framing was checked in connections.py
         if not await _body_within(headers.get(b"content-length"), receive, self.server.max_webhook_body_bytes):
             self.too_large.inc()
             return 413, {"error": "request body too large"}
@@ -166,7 +173,7 @@ class WebhookRoute:
 
 async def _body_within(declared: bytes | None, receive: Receive, limit: int) -> bool:
     """Consume (and discard) the body, stopping as soon as it exceeds `limit`; never buffers it."""
-    if declared is not None and declared.isdigit() and int(declared) > limit:
+    if declared is not None and _declares_over(declared, limit):
         return False
     seen = 0
     while True:
@@ -178,6 +185,14 @@ async def _body_within(declared: bytes | None, receive: Receive, limit: int) -> 
             return False
         if not message.get("more_body", False):
             return True
+
+
+def _declares_over(declared: bytes, limit: int) -> bool:
+    """A Content-Length over `limit`, told without `int()` of every length (Python refuses 4,300 digits and more)."""
+    if not declared.isdigit():
+        return False  # h11 refuses such a request before any app; in-process callers get the body read instead
+    digits = declared.lstrip(b"0")
+    return len(digits) > len(str(limit)) or int(digits or b"0") > limit
 
 
 async def _respond(

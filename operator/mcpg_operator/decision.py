@@ -72,10 +72,7 @@ def decide(
     if generated:
         return _only_create(snap, generated, defaults, wiring)
     recovered = {t.name: _recovered(t, sources[t.name], pinned[t.name], now) for t in snap.tokens}
-    edits = {
-        t.name: rotation.observe_secret(recovered[t.name], sources[t.name].secret_value, now, pinned[t.name])
-        for t in snap.tokens
-    }
+    edits = {t.name: tokens.observe(recovered[t.name], sources[t.name], now, pinned[t.name]) for t in snap.tokens}
     promoted = {name: edit.state for name, edit in edits.items()}
     states, plan = _rotate(snap, sources, promoted, defaults, now, wiring)
     rolled_out = _runs(snap.deployment, plan)

@@ -113,6 +113,8 @@ def changed(before: dict[str, Any], after: dict[str, Any]) -> bool:
 def _phase(src: tokens.Source, state: rotation.TokenState, view: TokenView) -> tuple[str, bool, str, str]:
     if src.spec is None:
         return "Error", False, c.INVALID_SPEC, str(src.spec_error)
+    if src.secret_error is not None:
+        return "Error", False, c.INVALID_SPEC, src.secret_error
     if state.current is None:
         ref = src.spec.secret_ref
         hint = "" if src.spec.generate else ", or set generate: true"
@@ -146,6 +148,8 @@ def _refusal_message(status: dict[str, Any]) -> str | None:
 def _token_stalled(src: tokens.Source, state: rotation.TokenState, view: TokenView) -> tuple[str, str] | None:
     if src.spec is None:
         return c.INVALID_SPEC, str(src.spec_error)
+    if src.secret_error is not None:  # retrying will not help until someone edits the Secret
+        return c.INVALID_SPEC, src.secret_error
     if state.current is not None and not view.accepted and view.rollout_stalled is not None:
         reason, message, _ = _stalled_rollout(view.rollout_stalled)
         return reason, message

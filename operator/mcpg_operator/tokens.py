@@ -1,5 +1,8 @@
 """WebhookToken plumbing, pure: a token's inputs, the Secret generated for it, and its rotation-state Secret.
 
+A Secret's value is a token only if the gateway would take it (`config.WebhookStrategy.token_problem`: it travels
+in a URL path); another value is reported and changes nothing, so the token in use keeps working until it is fixed.
+
 Rotation state holds token values, so it lives in an operator-owned Secret per WebhookToken (owned by it, so
 deleting the WebhookToken deletes it), never in status or annotations. It survives operator restarts, which is
 what lets a rotation resume exactly where it stopped. Existing clusters hold state in this format (Secret
@@ -17,6 +20,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from mcpg_gateway.contract import config
 from mcpg_operator import models, rotation
 from mcpg_operator.objects import MANAGED
 
@@ -33,6 +37,8 @@ class Source:
     spec_error: str | None = None
     secret_value: str | None = None
     secret_exists: bool = False
+    secret_error: str | None = None
+    """Why the Secret's value cannot be a token, naming the Secret and key (never the value); it is then unused."""
 
     @property
     def grace_s(self) -> int:
@@ -51,7 +57,17 @@ def source(spec: Mapping[str, Any], secrets: Mapping[str, Mapping[str, str]]) ->
         return Source(None, str(e))
     data = secrets.get(parsed.secret_ref.name)
     value = (data or {}).get(parsed.secret_ref.key) or None
+    if value is not None and (problem := config.WebhookStrategy.token_problem(value)) is not None:
+        where = f"Secret {parsed.secret_ref.name} key {parsed.secret_ref.key}"
+        return Source(parsed, None, None, True, f"{where} does not hold a usable token: {problem}; edit it")
     return Source(parsed, None, value, data is not None)
+
+
+def observe(state: rotation.TokenState, src: Source, now: float, pinned: frozenset[str]) -> rotation.Edit:
+    """`rotation.observe_secret`, but a value that cannot be a token is neither promoted nor a revocation."""
+    if src.secret_error is not None:
+        return rotation.Edit(state)
+    return rotation.observe_secret(state, src.secret_value, now, pinned)
 
 
 def state_secret_name(webhook_token: str) -> str:

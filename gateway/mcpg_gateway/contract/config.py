@@ -9,6 +9,7 @@ filters) are plain strings here; `cel.py` compiles and type-checks them.
 
 from __future__ import annotations
 
+import string
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
@@ -24,7 +25,7 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails
 
-from mcpg_gateway.contract import pointers, templates
+from mcpg_gateway.contract import pointers, templates, uris
 
 POLL_FLOOR_MS = 10_000
 """No poll-shaped watch runs more often than this: a misconfigured watcher cannot hammer a backend."""
@@ -48,6 +49,14 @@ class HttpBackend(_Model):
     )
     require_json_response: bool = False
     timeout_ms: int = Field(default=10_000, gt=0, le=300_000)
+    """Bounds the whole read: waiting for a connection to the upstream, the request, and the whole body."""
+    max_response_bytes: int = Field(default=10_485_760, ge=1)
+    """The largest body a read accepts, counted after decompression; 10 MiB by default. A larger one is a failed
+    read (refused at once when its Content-Length says so), never held: a small gzip body can inflate a thousandfold."""
+    follow_redirects: bool = False
+    """Follow a 301, 302, 303, 307 or 308 answer, at most 5 in a row, and only within the url's origin (scheme, host,
+    port): the headers are this backend's credentials. Off, a redirect is a failed read (unless its status is in
+    `expected_status_codes`, which makes it the answer)."""
 
 
 Backend = Annotated[HttpBackend, Field(discriminator="kind")]
@@ -75,12 +84,51 @@ class PollStrategy(_Model):
         return max(self.interval_ms, POLL_FLOOR_MS)
 
 
+_PATH_SEGMENT_CHARS = frozenset(string.ascii_letters + string.digits + "-._~!$&'()*+,;=:@")
+"""RFC 3986 `pchar` without percent-encodings: what a webhook token may hold."""
+
+
 class WebhookStrategy(_Model):
-    """Fire when `POST /webhooks/resource-updated/{token}` arrives with this (or a previous) token."""
+    """Fire when `POST /webhooks/resource-updated/{token}` arrives with this (or a previous) token.
+
+    A token travels as is in one URL path segment, so it must be ASCII a path segment holds without
+    percent-encoding (RFC 3986 `pchar`: `A-Z a-z 0-9 - . _ ~ ! $ & ' ( ) * + , ; = : @`): `/` would end the
+    segment, and a character one sender percent-encodes and another does not (`%`, a space, non-ASCII) would
+    never match. Empty: the gateway generates one for the run (`token`) or skips it (`previous_tokens`).
+    """
 
     type: Literal["webhook"]
     token: SecretStr = SecretStr("")
     previous_tokens: list[SecretStr] = Field(default_factory=list)
+
+    @staticmethod
+    def token_problem(token: str) -> str | None:
+        """Why `token` cannot be presented in the webhook path, or None. Names no character of it: it is a secret."""
+        outside = sum(1 for char in token if char not in _PATH_SEGMENT_CHARS)
+        if not outside:
+            return None
+        kind = "non-ASCII " if not token.isascii() else ""
+        return (
+            "a webhook token must consist only of ASCII characters a URL path segment holds as they are "
+            "(A-Z a-z 0-9 - . _ ~ ! $ & ' ( ) * + , ; = : @), since it is sent as is in the path "
+            f"/webhooks/resource-updated/{{token}}; this one has {outside} {kind}character(s) outside that set "
+            "(`openssl rand -hex 32` makes one that fits)"
+        )
+
+    @field_validator("token")
+    @classmethod
+    def _token_fits_a_path(cls, token: SecretStr) -> SecretStr:
+        if problem := cls.token_problem(token.get_secret_value()):
+            raise ValueError(problem)
+        return token
+
+    @field_validator("previous_tokens")
+    @classmethod
+    def _previous_tokens_fit_a_path(cls, tokens: list[SecretStr]) -> list[SecretStr]:
+        for i, token in enumerate(tokens):
+            if problem := cls.token_problem(token.get_secret_value()):
+                raise ValueError(f"entry {i}: {problem}")
+        return tokens
 
 
 class NatsTopicStrategy(_Model):
@@ -195,6 +243,16 @@ class ResourceConfig(_Entry):
     subject_id: str | None = Field(default=None, min_length=1)
     """The principal this resource is about: what `scope: subject_id` and `resource.subject_id` compare with."""
 
+    @field_validator("uri")
+    @classmethod
+    def _servable_as_written(cls, value: str) -> str:
+        # Clients must be able to ask for the URI exactly as configured: the gateway serves canonical URIs only.
+        try:
+            uris.check(value)
+        except uris.UriError as e:
+            raise ValueError(f"{e}; clients can only ask for a canonical URI, so write it that way") from None
+        return value
+
     @model_validator(mode="after")
     def _backend_url_has_no_variables(self) -> ResourceConfig:
         # Nothing would substitute a `{name}` here: the gateway would send the braces to the upstream as they are.
@@ -228,13 +286,35 @@ class ResourceTemplateConfig(_Entry):
     @field_validator("uri_template")
     @classmethod
     def _each_variable_once(cls, value: str) -> str:
-        # A concrete URI gives a variable one value from one place; `templates.pattern` relies on this too.
+        # A concrete URI gives a variable one value from one place; `templates.parse` relies on this too.
         names = templates.repeated(value)
         if names:
             raise ValueError(
                 f"repeats {_braces(names)}: each variable names one part of a concrete URI, so give every "
                 "occurrence its own name"
             )
+        return value
+
+    @field_validator("uri_template")
+    @classmethod
+    def _no_adjacent_variables(cls, value: str) -> str:
+        # `{a}{b}` could split a value anywhere: `templates.parse` needs text between two variables.
+        pairs = templates.adjacent(value)
+        if pairs:
+            a, b = pairs[0]
+            raise ValueError(
+                f"puts {{{b}}} right after {{{a}}}: nothing in a URI would say where one value ends, so put "
+                "literal text (such as '-' or '/') between them"
+            )
+        return value
+
+    @field_validator("uri_template")
+    @classmethod
+    def _servable_uris(cls, value: str) -> str:
+        try:
+            uris.check_template(value, templates.literals(value))
+        except uris.UriError as e:
+            raise ValueError(f"{e}; clients can only ask for canonical URIs, so write it that way") from None
         return value
 
     @model_validator(mode="after")
@@ -335,6 +415,9 @@ class LimitsConfig(_Model):
     kept-alive connection)."""
     body_timeout_s: float = Field(default=30.0, gt=0, le=3600)
     """How long a request may take to send its body, once its headers are in."""
+    upstream_connections: int = Field(default=32, ge=1)
+    """Connections the gateway opens to one upstream origin (scheme, host, port) at a time. A read that cannot get
+    one within its backend's `timeout_ms` fails saying so; one slow upstream never holds another's connections."""
 
     @model_validator(mode="after")
     def _per_principal_within_total(self) -> LimitsConfig:

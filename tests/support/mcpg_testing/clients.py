@@ -133,3 +133,14 @@ async def refusal(url: str, mode: str, uris: list[str], headers: dict[str, str] 
             except MCPError as e:
                 return e
     raise AssertionError(f"{uris} was not refused")
+
+
+@contextlib.asynccontextmanager
+async def connected(url: str, mode: str, headers: dict[str, str]) -> AsyncIterator[Client]:
+    """An SDK client of either era (the modern one is what `mode="auto"` negotiates), for requests other than
+    subscribing: read, list."""
+    async with (
+        httpx2.AsyncClient(headers=headers) as http,
+        Client(streamable_http_client(url, http_client=http), mode="legacy" if mode == "legacy" else "auto") as client,
+    ):
+        yield client

@@ -30,7 +30,6 @@ SCALARS = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
 JSON = st.recursive(
     SCALARS, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(KEYS, inner, max_size=4), max_leaves=20
 )
-POINTER_PIECES = st.sampled_from(["/", "~", "~0", "~1", "~2", "*", "a", "0"]) | st.text(max_size=3)
 
 
 def canonical(value: Any) -> str:
@@ -143,22 +142,6 @@ def test_a_document_nested_far_deeper_than_the_recursion_limit_is_handled() -> N
 
 
 # --- properties ----------------------------------------------------------------------------------------------
-
-
-@SMALL
-@given(text=st.text() | st.lists(POINTER_PIECES, max_size=8).map("".join))
-def test_parse_raises_nothing_but_value_error_on_any_text(text: str) -> None:
-    try:
-        tokens = pointers.parse(text)
-    except ValueError:
-        return  # anything else propagates and fails the test
-    assert pointers.format_pointer(tokens) == text  # and what it accepts, it reads back exactly
-
-
-@SMALL
-@given(keys=st.lists(st.text(), max_size=6))
-def test_a_pointer_built_from_any_keys_parses_back_into_them(keys: list[str]) -> None:
-    assert pointers.parse(pointers.format_pointer(tuple(keys))) == tuple(keys)
 
 
 @SMALL

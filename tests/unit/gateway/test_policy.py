@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest
-from mcp.client import Client
-from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from mcpg_gateway import __main__ as gateway_main
 from mcpg_gateway import errors
 from mcpg_gateway.contract import cel, check
 from mcpg_gateway.contract.errors import ConfigError
-from mcpg_testing.clients import ERAS, refusal, subscribed
+from mcpg_testing.clients import ERAS, connected, refusal, subscribed
 from mcpg_testing.configs import bearer, gateway_config, principal, resource
 from mcpg_testing.gateways import GatewayFactory, RunningGateway
 from mcpg_testing.upstream import Upstream
@@ -66,16 +62,6 @@ async def running(gateway_factory: GatewayFactory, upstream: Upstream) -> Runnin
         auth={"principals": PRINCIPALS},
     )
     return await gateway_factory(raw)
-
-
-@contextlib.asynccontextmanager
-async def connected(url: str, mode: str, headers: dict[str, str]) -> AsyncIterator[Client]:
-    """An SDK client of either era (the modern one is what `mode="auto"` negotiates)."""
-    async with (
-        httpx2.AsyncClient(headers=headers) as http,
-        Client(streamable_http_client(url, http_client=http), mode="legacy" if mode == "legacy" else "auto") as client,
-    ):
-        yield client
 
 
 async def read_refusal(url: str, mode: str, uri: str, headers: dict[str, str]) -> MCPError:
