@@ -2,8 +2,14 @@
 
 The upstream is an aiohttp server process that counts hits per path prefix, so the gateway's polls (/items/…)
 and the reference's (/ref/items/…) are counted apart. The reference is a bare loop: N tasks that each GET the
-same body and take its SHA-256 every 10 s, over one aiohttp session with the gateway's connector limit.
-CPU per poll = the process's CPU time over the window / the polls the upstream counted in that window.
+same body and take its SHA-256 every 10 s, over one aiohttp session set up as the gateway's (connections per
+upstream, no cookie jar). CPU per poll = the process's CPU time over the window / the polls the upstream counted in
+that window.
+
+The reference's tasks all start at one instant, so their polls come in bursts that share event-loop wake-ups;
+the gateway's watches start as subscriptions arrive, and its interval sleeps end on a 100 ms grid
+(`strategies.base.wake_at`) so that they share wake-ups too. Without that grid a poll woke alone and cost about
+three times one in a burst, on either side.
 """
 
 from __future__ import annotations
@@ -49,7 +55,8 @@ async def watch(session, url):
         if new != digest:
             digest = new
 async def main(base, n):
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=256)) as session:
+    connector = aiohttp.TCPConnector(limit=0, limit_per_host=32)  # the gateway: limits.upstream_connections, no total
+    async with aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar()) as session:
         tasks = [asyncio.create_task(watch(session, f"{base}/ref/items/{i}")) for i in range(n)]
         print("READY", flush=True)
         await asyncio.gather(*tasks)

@@ -104,6 +104,26 @@ class Metrics:
             ["upstream"],
             registry=r,
         )
+        self.upstream_too_large = Counter(
+            "mcpg_upstream_responses_too_large_total",
+            "Reads refused because the upstream's body (decompressed) was larger than the backend's max_response_bytes",
+            ["upstream"],
+            registry=r,
+        )
+        self.upstream_redirects_refused = Counter(
+            "mcpg_upstream_redirects_refused_total",
+            "Reads failed because the upstream redirected and the redirect was not followed (not opted in, another "
+            "origin, or too many)",
+            ["upstream"],
+            registry=r,
+        )
+        self.upstream_connections_busy = Counter(
+            "mcpg_upstream_connections_busy_total",
+            "Reads not sent because every connection to their upstream (limits.upstream_connections) stayed busy "
+            "for the read's whole timeout_ms",
+            ["upstream"],
+            registry=r,
+        )
 
 
 class BusMetrics:

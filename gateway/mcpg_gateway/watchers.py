@@ -411,13 +411,16 @@ def build_with(
     read: Callable[[catalog.Binding], Awaitable[bytes]],
     clock: base.Clock,
     shared: Mapping[str, base.SharedClient] | None = None,
+    digest: Callable[[catalog.Binding], Awaitable[bytes]] | None = None,
 ) -> StrategyBuilder:
-    """A `StrategyBuilder`: each watch gets its binding's reader, the clock, and its type's shared client."""
+    """A `StrategyBuilder`: each watch gets its binding's reader (and streaming digest, if there is one), the
+    clock, and its type's shared client."""
 
     def builder(binding: catalog.Binding, stats: base.ReadStats) -> base.WatchStrategy:
         assert binding.watch is not None, "only watched bindings get a watcher"
         spec = binding.watch.strategy
-        ctx = base.WatchContext(binding, lambda: read(binding), stats, clock, (shared or {}).get(spec.type))
+        hashed = None if digest is None else lambda: digest(binding)
+        ctx = base.WatchContext(binding, lambda: read(binding), stats, clock, (shared or {}).get(spec.type), hashed)
         return build(spec, ctx)
 
     return builder

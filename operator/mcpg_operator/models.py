@@ -83,6 +83,12 @@ class HttpBackendSpec(_Spec):
     expected_status_codes: list[int] = Field(default_factory=lambda: [200])
     require_json_response: bool = False
     timeout_ms: int = Field(default=10_000, gt=0, le=300_000)
+    # The two below have no default here nor in the CRD: unset, they are not rendered and the gateway's defaults
+    # (the contract's, in one place) apply, so an operator upgrade renders what it rendered before and rolls no gateway.
+    max_response_bytes: int | None = Field(default=None, ge=1)
+    """The gateway's `max_response_bytes`: the largest body a read accepts, decompressed (10 MiB unless set)."""
+    follow_redirects: bool | None = None
+    """The gateway's `follow_redirects`: follow redirects within the url's origin (off unless set)."""
 
 
 class BackendSpec(_Spec):

@@ -346,6 +346,10 @@ def _entry(
     }
     if http.body is not None:
         backend["body"] = http.body
+    if http.max_response_bytes is not None:
+        backend["max_response_bytes"] = http.max_response_bytes
+    if http.follow_redirects is not None:
+        backend["follow_redirects"] = http.follow_redirects
     entry: dict[str, Any] = {"name": spec.name or name, "description": spec.description, "backend": backend}
     entry["uri" if spec.uri is not None else "uri_template"] = spec.address
     if spec.mime_type:

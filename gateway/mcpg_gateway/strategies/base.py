@@ -14,6 +14,7 @@ from the state it left.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -84,12 +85,26 @@ class Clock(Protocol):
         """A deadline's wait (a lifetime, a pause), in `now()` terms."""
 
 
+WAKE_GRID_S = 0.1
+"""Interval sleeps end on this grid of the event loop's clock (`wake_at`)."""
+
+
+def wake_at(now: float, seconds: float) -> float:
+    """When an interval of `seconds` from `now` ends: the first point of the `WAKE_GRID_S` grid at or after
+    `now + seconds`. A thousand poll watches started at scattered moments then wake together, ten times a second at
+    most, instead of a thousand separate event-loop wake-ups: a poll that wakes alone costs about three times one
+    that wakes with others (the poll benchmark). An interval runs at most 100 ms longer than asked."""
+    return math.ceil(round((now + seconds) / WAKE_GRID_S, 6)) * WAKE_GRID_S
+
+
 class RealClock:
     def now(self) -> float:
         return time.monotonic()
 
     async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(seconds)
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        await asyncio.sleep(wake_at(now, seconds) - now)
 
     async def sleep_until(self, deadline: float) -> None:
         await asyncio.sleep(max(0.0, deadline - time.monotonic()))
@@ -123,6 +138,9 @@ class WatchContext:
     clock: Clock
     shared: Any = None
     """The client every watch of this strategy type shares (`StrategyType.shared`), if it has one."""
+    digest: Callable[[], Awaitable[bytes]] | None = None
+    """The SHA-256 of what `read` returns, hashed as the body arrives so it is never held whole (a poll of a large
+    resource); None where the binding's reads cannot stream (a test's fake): hash what `read` returns then."""
 
 
 StrategyFactory = Callable[[Any, WatchContext], WatchStrategy]

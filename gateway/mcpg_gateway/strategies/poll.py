@@ -84,6 +84,8 @@ class PollWatch:
 
     async def _read_digest(self) -> bytes:
         """Read once and hash; `ReadError` if the read failed or the body cannot be hashed as configured."""
+        if not self._ignored and self._ctx.digest is not None:
+            return await self._ctx.digest()  # hashed as it arrives: a large body is never held whole
         body = await self._ctx.read()
         try:
             return digest(body, self._ignored)

@@ -1,4 +1,9 @@
-"""A real HTTP upstream on loopback whose documents the test sets and changes, and which counts what it is asked."""
+"""A real HTTP upstream on loopback whose documents the test sets and changes, and which counts what it is asked.
+
+Besides plain documents it can play a hostile upstream: a body written piece by piece (so a test can serve far more
+than it holds), one that stalls halfway, one whose Content-Length promises more than it sends. Whatever a test left
+stalled is let go when the upstream stops.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,23 @@ from aiohttp import web
 
 
 @dataclass
+class Stream:
+    """A body written `piece` by `piece`, `count` times: the upstream never holds more than one piece of it."""
+
+    piece: bytes
+    count: int
+    stall_after: int | None = None
+    """Pieces written before the body stalls, until `release` is set (or the upstream stops)."""
+    content_length: int | None = None
+    """The Content-Length sent instead of the true one: one that promises more is followed by a closed connection."""
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def size(self) -> int:
+        return len(self.piece) * self.count
+
+
+@dataclass
 class Doc:
     body: bytes = b"{}"
     status: int = 200
@@ -18,6 +40,8 @@ class Doc:
     delay: asyncio.Event | None = None
     headers: dict[str, str] = field(default_factory=dict)
     """Response headers besides Content-Type (a Retry-After)."""
+    stream: Stream | None = None
+    """Written piece by piece instead of `body`."""
 
 
 @dataclass
@@ -26,6 +50,9 @@ class Upstream:
     docs: dict[str, Doc] = field(default_factory=dict)
     hits: dict[str, int] = field(default_factory=dict)
     headers_seen: list[dict[str, str]] = field(default_factory=list)
+    asked: list[tuple[str, str]] = field(default_factory=list)
+    """Every request's method and path, in the order they arrived."""
+    _asked: asyncio.Condition = field(default_factory=asyncio.Condition, repr=False)
 
     def set(
         self,
@@ -38,6 +65,23 @@ class Upstream:
         data = body.encode() if isinstance(body, str) else body
         self.docs[path] = Doc(data, status, content_type, headers=dict(headers or {}))
 
+    def stream(self, path: str, stream: Stream, content_type: str = "application/octet-stream") -> None:
+        """Serve `path` as `stream` (written piece by piece)."""
+        self.docs[path] = Doc(b"", content_type=content_type, stream=stream)
+
+    async def reached(self, path: str, hits: int) -> None:
+        """Until `path` has been asked `hits` times (counted when a request arrives); the caller bounds the wait."""
+        async with self._asked:
+            await self._asked.wait_for(lambda: self.hits.get(path, 0) >= hits)
+
+    def release(self) -> None:
+        """Let every stalled answer go on."""
+        for doc in self.docs.values():
+            if doc.delay is not None:
+                doc.delay.set()
+            if doc.stream is not None:
+                doc.stream.release.set()
+
 
 @contextlib.asynccontextmanager
 async def serve() -> AsyncIterator[Upstream]:
@@ -48,11 +92,16 @@ async def serve() -> AsyncIterator[Upstream]:
         path = request.path
         state.hits[path] = state.hits.get(path, 0) + 1
         state.headers_seen.append(dict(request.headers))
+        state.asked.append((request.method, path))
+        async with state._asked:
+            state._asked.notify_all()
         doc = state.docs.get(path)
         if doc is None:
             return web.json_response({"error": "not found"}, status=404)
         if doc.delay is not None:
             await doc.delay.wait()
+        if doc.stream is not None:
+            return await _write(request, doc, doc.stream)
         return web.Response(body=doc.body, status=doc.status, content_type=doc.content_type, headers=doc.headers)
 
     app = web.Application()
@@ -66,4 +115,20 @@ async def serve() -> AsyncIterator[Upstream]:
     try:
         yield state
     finally:
+        state.release()  # a handler still stalled would hold the shutdown for its whole grace period
         await runner.cleanup()
+
+
+async def _write(request: web.Request, doc: Doc, stream: Stream) -> web.StreamResponse:
+    response = web.StreamResponse(status=doc.status, headers=doc.headers)
+    response.content_type = doc.content_type
+    response.content_length = stream.size if stream.content_length is None else stream.content_length
+    if stream.content_length is not None:
+        response.force_close()  # a length that lies: the connection ends after what was really sent
+    await response.prepare(request)
+    for i in range(stream.count):
+        if i == stream.stall_after:
+            await stream.release.wait()
+        await response.write(stream.piece)  # waits for the client to take it: one piece in memory at a time
+    await response.write_eof()
+    return response
