@@ -5,7 +5,8 @@ Module map (a request's path through it, top to bottom):
     __main__        `mcpg-gateway`: load and check the configuration, then serve
     contract/       what a configuration is and whether a gateway accepts it; the only part the operator imports
                     (config: the model; loading: YAML, ${env.X}, schema; cel: policies and filters compiled;
-                    check: the whole question; templates: URI templates; errors: Problem, ConfigError)
+                    check: the whole question; templates: URI templates, matched in linear time; uris: the one
+                    canonical spelling, the length cap, what a variable may hold; errors: Problem, ConfigError)
     servers         the two HTTP servers and the MCP session manager, started and stopped in order
     public_app      port 8080: /mcp (origins, then identity), the webhook route, /healthz, /readyz
     admin_app       port 9090: /metrics and /admin/v1/*
@@ -16,7 +17,8 @@ Module map (a request's path through it, top to bottom):
     gateway         `Gateway`: everything above wired once from a configuration, behind a narrow API
     catalog         which entry serves a concrete URI (resources, templates and their variables)
     policy          read policies and notification filters, evaluated fail-closed
-    reader          reading a resource through its backend binding (one pooled HTTP session)
+    reader          reading a resource through its backend binding: capped, no redirects off-origin, no cookies,
+                    a queue of connections per upstream origin
     watchers        one watcher per subscribed URI; a fire offers the URI to each subscriber's outbox
     bus             N gateways as one (gateway.bus): fires published once on NATS, told by every process
     ownership       pull watches read by one gateway for all: leases, stored state, handover, self-fencing

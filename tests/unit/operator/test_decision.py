@@ -6,6 +6,9 @@ import base64
 import json
 from typing import Any
 
+import pytest
+
+from mcpg_gateway.contract import check
 from mcpg_operator import decision, objects, observed, render, rotation, tokens
 from mcpg_operator import writes as w
 from mcpg_operator.rotation import Retiring, TokenState
@@ -123,3 +126,56 @@ def test_statuses_are_decided_for_every_object_but_written_only_when_changed() -
     assert [
         x for x in decision.decide(again, DEFAULTS, NOW + 1, never).writes if isinstance(x, w.MergePatchStatus)
     ] == []
+
+
+# --- a Secret value the gateway would refuse as a token ----------------------------------------------------------
+# The value is someone's edit of a Secret, so it is checked with the gateway's own rule before anything is
+# rendered: the WebhookToken says which Secret key is wrong (never the value), and the token in use keeps working,
+# neither replaced by the bad value nor revoked, until the Secret is fixed.
+
+IN_USE = TokenState(current="in-use-token", current_accepted_at=1.0)
+REFUSED = pytest.mark.parametrize("value", ["s3crét-tøken", "s3cr with space", "s3cr/slash", "s3cr\n", "s3cr😀"])
+
+
+def statuses(decided: decision.Decision) -> dict[str, dict[str, Any]]:
+    return {ref.plural: status for ref, status in decided.statuses.items()}
+
+
+def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
+    found: list[dict[str, Any]] = [x for x in status["conditions"] if x["type"] == type_]
+    [one] = found
+    return one
+
+
+@REFUSED
+def test_a_refused_secret_value_is_reported_on_the_webhook_token_naming_the_key_never_the_value(value: str) -> None:
+    decided = decision.decide(snapshot(TokenState(), value), DEFAULTS, NOW, never)
+    token = statuses(decided)["webhooktokens"]
+    ready = condition(token, "Ready")
+    assert (token["phase"], ready["status"], ready["reason"]) == ("Error", "False", "InvalidSpec")
+    assert ready["message"].startswith("Secret tok-secret key token does not hold a usable token: ")
+    assert "ASCII characters a URL path segment holds" in ready["message"]
+    assert condition(token, "Stalled")["status"] == "True"
+    posted = [x.body for x in decided.writes if isinstance(x, w.PostEvent)]
+    assert "s3cr" not in json.dumps([*decided.statuses.values(), *posted], ensure_ascii=False)
+    # Nothing the gateway would refuse is rendered: the watch waits for a token, and the configuration loads.
+    assert decided.plan.verdicts["hook"].reason == "TokenPending"
+    assert decided.states["tok"] == TokenState()
+    check.load(decided.plan.config, environ={})
+
+
+@REFUSED
+def test_a_refused_secret_value_neither_replaces_nor_revokes_the_token_in_use(value: str) -> None:
+    decided = decision.decide(snapshot(IN_USE, value), DEFAULTS, NOW, never)
+    assert decided.states["tok"] == IN_USE
+    assert render.rendered_tokens(decided.plan.config) == {"in-use-token"}
+    assert decided.plan.verdicts["hook"].served
+    assert condition(statuses(decided)["webhooktokens"], "Ready")["reason"] == "InvalidSpec"
+    assert not [x for x in decided.writes if isinstance(x, w.ApplyObject) and x.ref.plural == "secrets"]
+
+
+def test_fixing_the_secret_promotes_its_value_as_any_rotation_would() -> None:
+    decided = decision.decide(snapshot(IN_USE, "fixed-token"), DEFAULTS, NOW, never)
+    assert decided.states["tok"].current == "fixed-token"
+    assert [r.token for r in decided.states["tok"].retiring] == ["in-use-token"]
+    assert condition(statuses(decided)["webhooktokens"], "Ready")["reason"] != "InvalidSpec"
