@@ -1,4 +1,4 @@
-"""mcpg operator: reconciles ResourceWatch and WebhookToken into per-namespace gateways.
+"""mcpg operator: reconciles ResourceWatch, WebhookToken and McpGateway into per-namespace gateways.
 
 Module map:
 
@@ -15,12 +15,15 @@ Module map:
       read         everything a pass needs, as an `observed.Snapshot`; no writes
       observed     typed, frozen views over the raw objects
       decision     the pure decision: token states, configuration, statuses, Events, and the writes
-      write        performs the writes in the order rotation safety needs (`writes`: what a write is)
+      write        performs the writes in the order rotation safety needs (`writes`: what a write is), logs
+                   each change, and says what failed so every object of the namespace can report it
     rotation     the token rotation state machine (pure), and `tokens`: a token's Secret and persisted state
     bus          the NATS bus of gateway replicas (pure); `bus_reconcile`: the cluster-wide step that runs the
                  managed server, or removes one left over at start when none is used
     render       a namespace's gateway configuration from its watches, asked of the gateway's contract
     objects      pure builders of the gateway's Deployment, Service, ServiceAccount and configuration Secret
+    gateway_settings   the McpGateway model and its overlay on GatewayDefaults (pure), and its status
+    gateway_policy     the gateway's optional PodDisruptionBudget and NetworkPolicy (pure builders and writes)
     statuses, events, conditions   what users see on the objects and in Events
     rollout      the `kubectl rollout status` rule
     models       pydantic mirrors of the CRDs

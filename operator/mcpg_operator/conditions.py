@@ -7,6 +7,8 @@ from typing import Any
 
 READY, RECONCILING, STALLED = "Ready", "Reconciling", "Stalled"
 TOKEN_ACCEPTED = "TokenAccepted"
+CLIENTS_AUTHORIZED = "ClientsAuthorized"
+"""Some principal (a bearer token or anonymous access) may use the namespace's gateway."""
 
 SERVED = "Served"
 ROLLING_OUT = "RollingOut"
@@ -26,6 +28,12 @@ INVALID_AUTH = "InvalidAuthConfig"
 TOKEN_ROLLED_OUT = "RolledOut"
 TOKEN_ROTATING = "Rotating"
 RETIRING_OLD_TOKENS = "RetiringOldTokens"
+APPLY_FAILED = "ApplyFailed"
+"""Writing one of the namespace's gateway objects failed: the API server's message says why."""
+APPLIED = "Applied"
+"""An McpGateway's settings are in the namespace's gateway objects."""
+NO_PRINCIPALS = "NoPrincipals"
+PRINCIPALS_DEFINED = "PrincipalsDefined"
 
 
 def now_iso(ts: float) -> str:

@@ -26,7 +26,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mcpg_operator import bus, events, objects, observed, render, rotation, statuses, tokens
+from mcpg_operator import (
+    bus,
+    events,
+    gateway_policy,
+    gateway_settings,
+    objects,
+    observed,
+    render,
+    rotation,
+    statuses,
+    tokens,
+)
 from mcpg_operator import writes as w
 from mcpg_operator.models import GROUP
 from mcpg_operator.settings import GatewayDefaults
@@ -42,7 +53,8 @@ class Decision:
     plan: render.Plan
     """The configuration to apply (rendered from `states`; none is applied when `rerun`) and every verdict."""
     statuses: dict[w.Ref, dict[str, Any]]
-    """Every ResourceWatch's and WebhookToken's status; only those that changed are among `writes`."""
+    """Every ResourceWatch's and WebhookToken's status, and the McpGateway's; only those that changed are among
+    `writes`."""
     events: tuple[events.Event, ...]
     writes: tuple[w.Write, ...]
     """What the write phase does, stage by stage."""
@@ -62,8 +74,12 @@ def decide(
     now: float,
     new_token: Callable[[], str],
     wiring: bus.Wiring | None = None,
+    shaped: gateway_settings.Shape | None = None,
 ) -> Decision:
-    """One pass's decision; `wiring`: the namespace's bus, if its gateway replicas share one."""
+    """One pass's decision; `wiring`: the namespace's bus, if its gateway replicas share one. `defaults`: as
+    `shaped` overlays them with the namespace's McpGateway (`gateway_settings.shape`), which also says what
+    PodDisruptionBudget and NetworkPolicy the gateway gets (None: no McpGateway was read)."""
+    shaped = shaped or gateway_settings.Shape(defaults)
     secrets = snap.secret_data()
     sources = {t.name: tokens.source(t.spec, secrets) for t in snap.tokens}
     serving = _serving(snap)
@@ -80,7 +96,8 @@ def decide(
     status_by_ref, status_writes = _statuses(snap, sources, states, views, plan, rolled_out, now)
     evts = _events(snap, edits, recovered, states, status_by_ref)
     posts = [w.PostEvent(events.body(snap.namespace, e, now)) for e in evts]
-    gateway = _gateway(snap, plan, defaults, wiring, new_token, rolled_out)
+    gateway = _gateway(snap, plan, defaults, wiring, new_token, rolled_out, shaped)
+    status_writes += _mcp_gateway(snap, shaped, now, status_by_ref)
     todo = [*retried, *_state_writes(snap, states), *gateway, *status_writes, *posts]
     return Decision(
         states=states,
@@ -246,13 +263,15 @@ def _gateway(
     wiring: bus.Wiring | None,
     new_token: Callable[[], str],
     rolled_out: bool,
+    shaped: gateway_settings.Shape,
 ) -> list[w.Write]:
     if not snap.watches:
         return []  # without a ResourceWatch there is no gateway: garbage collection removes its objects
     owners = objects.owner_references([(rw.name, rw.id.uid) for rw in snap.watches])
     return [
         *_bus_credentials(snap, wiring, owners, new_token, rolled_out),
-        *_gateway_writes(snap, plan, defaults, wiring, owners),
+        *_gateway_writes(snap, plan, defaults, wiring, owners, shaped.service_annotations),
+        *gateway_policy.writes(snap, shaped, owners, plan.config, wiring),
         *_collectable(snap, plan),
     ]
 
@@ -263,6 +282,7 @@ def _gateway_writes(
     defaults: GatewayDefaults,
     wiring: bus.Wiring | None,
     owners: list[dict[str, Any]],
+    service_annotations: dict[str, str],
 ) -> list[w.Write]:
     ns = snap.namespace
     out: list[w.Write] = [*_config_secret(snap, plan, owners)]
@@ -270,12 +290,23 @@ def _gateway_writes(
     desired = objects.deployment(ns, plan.hash, defaults, owners, bus.pod_env(wiring))
     for live, ref, body in (
         (snap.service_account, w.Ref("serviceaccounts", objects.NAME), objects.service_account(ns, owners)),
-        (snap.service, w.Ref("services", objects.NAME), objects.service(ns, owners, defaults)),
+        (snap.service, w.Ref("services", objects.NAME), objects.service(ns, owners, defaults, service_annotations)),
         (deployment, w.Ref("deployments", objects.NAME, "apps"), desired),
     ):
-        if live is None or not live.covers(body):
+        if live is None or not live.covers(body) or gateway_settings.differs_exactly(live, body):
             out.append(w.ApplyObject(w.Stage.GATEWAY, ref, body))
     return out
+
+
+def _mcp_gateway(
+    snap: observed.Snapshot, shaped: gateway_settings.Shape, now: float, decided: dict[w.Ref, dict[str, Any]]
+) -> list[w.Write]:
+    """The McpGateway's status, if the namespace has one (added to `decided`), and its write if it changed."""
+    if snap.mcp_gateway is None:
+        return []
+    ref = w.Ref(gateway_settings.PLURAL, gateway_settings.NAME, GROUP)
+    decided[ref] = after = gateway_settings.status(snap.mcp_gateway, shaped, bool(snap.watches), now)
+    return [w.MergePatchStatus(ref, after)] if statuses.changed(snap.mcp_gateway.status, after) else []
 
 
 def _config_secret(snap: observed.Snapshot, plan: render.Plan, owners: list[dict[str, Any]]) -> list[w.Write]:
@@ -367,16 +398,28 @@ def _statuses(
 ) -> tuple[dict[w.Ref, dict[str, Any]], list[w.Write]]:
     decided: dict[w.Ref, tuple[dict[str, Any], dict[str, Any]]] = {}
     stalled = snap.deployment.stalled if snap.deployment is not None else None
+    gateway = statuses.Gateway(snap.namespace, plan.clients_problem)
     for rw in snap.watches:
-        status = statuses.watch_status(rw, plan.verdicts[rw.name], plan.hash, rolled_out, now, stalled)
+        secret = _token_secret(rw, sources)
+        verdict = plan.verdicts[rw.name]
+        status = statuses.watch_status(rw, verdict, plan.hash, rolled_out, now, stalled, gateway, secret)
         decided[w.Ref("resourcewatches", rw.name, GROUP)] = (rw.status, status)
     for t in snap.tokens:
-        status = statuses.token_status(t, sources[t.name], states[t.name], views[t.name], now)
+        status = statuses.token_status(t, sources[t.name], states[t.name], views[t.name], now, gateway)
         decided[w.Ref("webhooktokens", t.name, GROUP)] = (t.status, status)
     patches: list[w.Write] = [
         w.MergePatchStatus(ref, after) for ref, (before, after) in decided.items() if statuses.changed(before, after)
     ]
     return {ref: after for ref, (_, after) in decided.items()}, patches
+
+
+def _token_secret(rw: observed.Watch, sources: dict[str, tokens.Source]) -> str | None:
+    """`name/key` of the Secret holding the token of a webhook watch's WebhookToken, if it names one that exists."""
+    source = sources.get(_token_ref(rw) or "")
+    if source is None or source.spec is None:
+        return None
+    ref = source.spec.secret_ref
+    return f"{ref.name}/{ref.key}"
 
 
 def _events(
@@ -396,6 +439,32 @@ def _events(
     for rw in snap.watches:
         out += events.watch_transition(rw.id, rw.status, decided[w.Ref("resourcewatches", rw.name, GROUP)])
     return tuple(out)
+
+
+def failed(snap: observed.Snapshot, decided: Decision, failure: w.Failure, now: float) -> tuple[w.Write, ...]:
+    """What the statuses say when a write of the namespace's gateway objects failed, instead of this pass's.
+
+    Each ResourceWatch, WebhookToken and McpGateway that depends on those objects (`statuses.depends_on_gateway`)
+    reports the failure, with a Warning Event; the others are failing for reasons of their own, which this pass
+    decided without the failed write, so their statuses and Events go out as decided. Written and posted once: a retry
+    that fails the same way finds the same statuses and writes nothing.
+    """
+    out: list[w.Write] = []
+    objs = [*((rw.id, rw.status, "resourcewatches") for rw in snap.watches)]
+    objs += [(t.id, t.status, "webhooktokens") for t in snap.tokens]
+    if snap.mcp_gateway is not None:  # its settings are among what failed to be written
+        objs.append((snap.mcp_gateway.id, snap.mcp_gateway.status, gateway_settings.PLURAL))
+    for about, before, plural in objs:
+        ref = w.Ref(plural, about.name, GROUP)
+        status = decided.statuses.get(ref, before)
+        posts = [e for e in decided.events if e.about == about]
+        if statuses.depends_on_gateway(status):
+            status = statuses.apply_failed(status, failure, about.generation, now)
+            posts = events.apply_failed(about, failure.message)
+        if statuses.changed(before, status):
+            out.append(w.MergePatchStatus(ref, status))
+            out += [w.PostEvent(events.body(snap.namespace, e, now)) for e in posts]
+    return w.in_order(out)
 
 
 def report(snap: observed.Snapshot, refusals: Sequence[w.Refusal], now: float) -> tuple[w.Write, ...]:

@@ -77,8 +77,21 @@ def retirements(about: observed.Identity, before: rotation.TokenState, after: ro
 
 
 def watch_transition(about: observed.Identity, before: dict[str, Any], after: dict[str, Any]) -> list[Event]:
-    """A watch left out of the gateway, or stuck, for a reason its Ready condition did not already show."""
-    return _warning(about, before, after)
+    """A watch became served (its rollout completed), or was left out of the gateway or stuck for a reason its
+    Ready condition did not already show; or MCP clients lost (or gained) a principal to use it with."""
+    out = []
+    ready = _condition(after, c.READY)
+    if ready.get("status") == "True" and _condition(before, c.READY).get("status") != "True":
+        where = (after.get("gateway") or {}).get("url", "the gateway")
+        out.append(Event(about, "Normal", c.SERVED, f"served at {where} as {after.get('uri')}; rollout complete"))
+    clients, clients_before = _condition(after, c.CLIENTS_AUTHORIZED), _condition(before, c.CLIENTS_AUTHORIZED)
+    if clients.get("status") == "False" and clients_before.get("status") != "False":
+        out.append(Event(about, "Warning", c.NO_PRINCIPALS, str(clients.get("message", ""))))
+    return out + _warning(about, before, after)
+
+
+def apply_failed(about: observed.Identity, message: str) -> list[Event]:
+    return [Event(about, "Warning", c.APPLY_FAILED, message)]
 
 
 def refused(about: observed.Identity, message: str) -> list[Event]:

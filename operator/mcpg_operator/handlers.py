@@ -168,6 +168,13 @@ async def webhooktoken_event(namespace: str | None, memo: kopf.Memo, **_: Any) -
         memo.scheduler.request(namespace)
 
 
+@kopf.on.event("mcpg.dev", "v1alpha1", "mcpgateways")
+async def mcpgateway_event(namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
+    # Created, edited or deleted: the namespace's gateway takes its settings, or goes back to the defaults.
+    if namespace:
+        memo.scheduler.request(namespace)
+
+
 def reacts_to_secret(labels: Mapping[str, str]) -> bool:
     """Whether a Secret with these labels can change a reconcile's outcome.
 

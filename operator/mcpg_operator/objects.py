@@ -96,8 +96,22 @@ def service_account(namespace: str, owners: list[dict[str, Any]]) -> dict[str, A
     }
 
 
-def service(namespace: str, owners: list[dict[str, Any]], defaults: GatewayDefaults | None = None) -> dict[str, Any]:
+SERVICE_ANNOTATIONS = "mcpg.dev/service-annotations"
+"""On the Service: the keys of the annotations an McpGateway put there, so that dropping one changes the desired
+object (server-side apply then removes it) even though every remaining key is still present."""
+
+
+def service(
+    namespace: str,
+    owners: list[dict[str, Any]],
+    defaults: GatewayDefaults | None = None,
+    annotations: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The gateway Service; `annotations`: the namespace's McpGateway's, if it sets any."""
     d = defaults or GatewayDefaults()
+    meta = _meta(NAME, namespace, owners)
+    if annotations:
+        meta["annotations"] = {**annotations, SERVICE_ANNOTATIONS: ",".join(sorted(annotations))}
     ports: list[dict[str, Any]] = [
         {"name": "http", "port": PUBLIC_PORT, "targetPort": "http", "protocol": "TCP"},
         {"name": "admin", "port": ADMIN_PORT, "targetPort": "admin", "protocol": "TCP"},
@@ -109,7 +123,7 @@ def service(namespace: str, owners: list[dict[str, Any]], defaults: GatewayDefau
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _meta(NAME, namespace, owners),
+        "metadata": meta,
         "spec": {
             "type": d.service_type,
             "selector": dict(SELECTOR),

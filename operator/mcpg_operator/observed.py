@@ -99,6 +99,26 @@ class Applied:
         """
         return _covers(self._live, desired)
 
+    def at(self, *path: str | int) -> Any:
+        """A copy of the value at `path` (keys and list indexes); None if there is none. For a field whose keys
+        must match exactly, not just cover (a key the desired object dropped is still in the live one)."""
+        value: Any = self._live
+        for step in path:
+            try:
+                value = value[step]
+            except (KeyError, IndexError, TypeError):
+                return None
+        return copy.deepcopy(value)
+
+
+@dataclass(frozen=True, slots=True)
+class McpGateway:
+    """The namespace's McpGateway (`gateway_settings`): how its gateway runs, where not the operator's default."""
+
+    id: Identity
+    spec: dict[str, Any]
+    status: dict[str, Any]
+
 
 @dataclass(frozen=True, slots=True)
 class Deployment:
@@ -135,6 +155,11 @@ class Snapshot:
     replicasets: tuple[ReplicaSet, ...] = ()
     service_account: Applied | None = None
     service: Applied | None = None
+    mcp_gateway: McpGateway | None = None
+    disruption_budget: Applied | None = None
+    """The gateway's PodDisruptionBudget, if the operator made one (by its managed-by label); others are ignored."""
+    network_policy: Applied | None = None
+    """The gateway's NetworkPolicy, if the operator made one (by its managed-by label); others are ignored."""
 
     def secret(self, name: str) -> Secret | None:
         return next((s for s in self.secrets if s.name == name), None)
@@ -166,6 +191,9 @@ def snapshot(
     replicasets: Iterable[dict[str, Any]] = (),
     service_account: dict[str, Any] | None = None,
     service: dict[str, Any] | None = None,
+    mcp_gateway: dict[str, Any] | None = None,
+    disruption_budget: dict[str, Any] | None = None,
+    network_policy: dict[str, Any] | None = None,
 ) -> Snapshot:
     """Build the views from the API's objects; objects being deleted are already gone as far as we care."""
     secret_views = tuple(secret(s) for s in secrets)
@@ -179,7 +207,22 @@ def snapshot(
         tuple(replicaset(rs) for rs in replicasets),
         Applied(copy.deepcopy(service_account)) if service_account else None,
         Applied(copy.deepcopy(service)) if service else None,
+        mcp_gateway_view(mcp_gateway) if mcp_gateway and not _being_deleted(mcp_gateway) else None,
+        _ours(disruption_budget),
+        _ours(network_policy),
     )
+
+
+def mcp_gateway_view(obj: Mapping[str, Any]) -> McpGateway:
+    return McpGateway(identity(obj), copy.deepcopy(obj.get("spec") or {}), copy.deepcopy(obj.get("status") or {}))
+
+
+def _ours(obj: Mapping[str, Any] | None) -> Applied | None:
+    """`obj` if the operator made it: a user's object of the same name is neither compared nor deleted."""
+    labels = (obj or {}).get("metadata", {}).get("labels") or {}
+    if obj is None or not objects.MANAGED.items() <= labels.items():
+        return None
+    return Applied(copy.deepcopy(dict(obj)))
 
 
 def identity(obj: Mapping[str, Any]) -> Identity:
@@ -260,7 +303,11 @@ def _volumes(template: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _live(objs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [o for o in objs if not o["metadata"].get("deletionTimestamp")]
+    return [o for o in objs if not _being_deleted(o)]
+
+
+def _being_deleted(obj: Mapping[str, Any]) -> bool:
+    return bool(obj["metadata"].get("deletionTimestamp"))
 
 
 def _covers(live: Any, desired: Any) -> bool:

@@ -6,7 +6,7 @@ can never be the input of a decision in the same pass (a created Secret is read 
 
 from __future__ import annotations
 
-from mcpg_operator import objects, observed
+from mcpg_operator import gateway_policy, gateway_settings, objects, observed
 from mcpg_operator.kube import Client, ns_path
 from mcpg_operator.models import GROUP
 
@@ -24,4 +24,9 @@ async def read(kube: Client, namespace: str) -> observed.Snapshot:
         replicasets=await kube.list(ns_path(namespace, "replicasets", group="apps"), GATEWAY_SELECTOR),
         service_account=await kube.get(ns_path(namespace, "serviceaccounts", objects.NAME)),
         service=await kube.get(ns_path(namespace, "services", objects.NAME)),
+        mcp_gateway=await kube.get(ns_path(namespace, gateway_settings.PLURAL, gateway_settings.NAME, group=GROUP)),
+        disruption_budget=await kube.get(ns_path(namespace, "poddisruptionbudgets", objects.NAME, group="policy")),
+        network_policy=await kube.get(
+            ns_path(namespace, "networkpolicies", objects.NAME, group=gateway_policy.NETWORKING)
+        ),
     )

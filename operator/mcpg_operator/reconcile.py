@@ -7,14 +7,16 @@ so running it twice in a row changes nothing the second time.
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mcpg_operator import bus, decision, metrics, read, write
+from mcpg_operator import bus, decision, gateway_settings, metrics, read, write
 from mcpg_operator.kube import Client
 from mcpg_operator.settings import BusSettings, GatewayDefaults
+from mcpg_operator.writes import Write
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,9 +49,14 @@ async def reconcile(
     """One pass over `namespace`. `bus_settings`: where a bus comes from (None: gateway replicas never share one)."""
     snapshot = await read.read(kube, namespace)
     now = clock()
-    wiring = bus.wiring(bus_settings, namespace, defaults.replicas)
-    decided = decision.decide(snapshot, defaults, now, token, wiring)
-    refusals = await write.execute(kube, namespace, decided.writes)
+    shaped = gateway_settings.shape(snapshot.mcp_gateway, defaults, bus_settings)  # the namespace's McpGateway
+    wiring = bus.wiring(bus_settings, namespace, shaped.defaults.replicas)
+    decided = decision.decide(snapshot, shaped.defaults, now, token, wiring, shaped)
+    try:
+        refusals = await write.execute(kube, namespace, decided.writes, describe_failure=True)
+    except write.ApplyFailed as e:
+        await _report(kube, namespace, decision.failed(snapshot, decided, e.failure, now))
+        raise  # the scheduler retries with backoff
     if refusals:  # report each on its object; the rest of the namespace was written as decided
         await write.execute(kube, namespace, decision.report(snapshot, refusals, now))
     return Outcome(
@@ -61,3 +68,9 @@ async def reconcile(
         facts=metrics.facts(snapshot, decided),
         bus_account=decided.bus_account,
     )
+
+
+async def _report(kube: Client, namespace: str, todo: tuple[Write, ...]) -> None:
+    """Best effort: when the API server cannot take a status either, the retry reports it later."""
+    with contextlib.suppress(Exception):
+        await write.execute(kube, namespace, todo)

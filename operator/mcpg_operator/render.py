@@ -51,6 +51,8 @@ class Verdict:
 class Plan:
     config: dict[str, Any]
     verdicts: dict[str, Verdict] = field(default_factory=dict)
+    clients_problem: str | None = None
+    """Why no MCP client can use the gateway (no principal and no anonymous access); None when some can."""
 
     @property
     def hash(self) -> str:
@@ -104,7 +106,7 @@ def plan(
     _refuse_what_does_not_fit(rendered, section)
     if auth_problem:
         rendered.mark_served(lambda v: Verdict(False, c.INVALID_AUTH, auth_problem, False, v.strategy, v.uri))
-    return Plan(rendered.config(section), rendered.verdicts)
+    return Plan(rendered.config(section), rendered.verdicts, None if auth_problem else no_principal(auth))
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,6 +259,22 @@ def parse_config(text: str | None) -> dict[str, Any] | None:
     return loaded if ok else None
 
 
+def no_principal(auth: dict[str, Any] | None) -> str | None:
+    """Why no MCP client can use a gateway with this (valid) auth block, or None when some principal can."""
+    if auth is None:
+        return (
+            f"no principal can use this gateway: create Secret {AUTH_SECRET} with key {AUTH_KEY} (principals, or "
+            "anonymous access); until then every MCP client is refused with 401"
+        )
+    parsed = config.AuthConfig.model_validate(auth)
+    if parsed.principals or parsed.anonymous.enabled:
+        return None
+    return (
+        f"no principal can use this gateway: Secret {AUTH_SECRET} key {AUTH_KEY} lists no principal and leaves "
+        "anonymous access off, so every MCP client is refused with 401"
+    )
+
+
 def _auth(secrets: SecretData) -> tuple[dict[str, Any] | None, str | None]:
     """The namespace's auth block, or None (every MCP client refused) with the reason it could not be used."""
     text = secrets.get(AUTH_SECRET, {}).get(AUTH_KEY)
@@ -324,7 +342,20 @@ def _one(
         return refused(c.TOKEN_CONFLICT, msg)
     claims.uris[spec.address] = claims.names[entry["name"]] = rw.name
     claims.tokens.update(dict.fromkeys(entry_tokens, rw.name))
-    return Verdict(True, c.SERVED, f"served by the gateway as {uri}", False, strategy, uri), kind, entry
+    message = f"served by the gateway as {uri}{_floored(watch)}"
+    return Verdict(True, c.SERVED, message, False, strategy, uri), kind, entry
+
+
+def _floored(watch: models.WatchSpec) -> str:
+    """What a status adds when an interval is below the floor every poll-shaped watch is held to."""
+    for field_path, spec in (("poll", watch.poll), ("sqlPolling", watch.sql_polling)):
+        if spec is not None and spec.interval_ms < config.POLL_FLOOR_MS:
+            floor_s = config.POLL_FLOOR_MS // 1000
+            return (
+                f"; spec.watch.{field_path}.intervalMs {spec.interval_ms} is below the {floor_s} s floor, "
+                f"so it is read every {floor_s} s"
+            )
+    return ""
 
 
 def _entry(

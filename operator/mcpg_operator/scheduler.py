@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from mcpg_operator import metrics
 from mcpg_operator.kube import NamespaceTerminating, Refused
 from mcpg_operator.reconcile import Outcome
+from mcpg_operator.write import ApplyFailed
 
 logger = logging.getLogger(__name__)
 
@@ -129,7 +130,8 @@ class Scheduler:
     def _failed(self, namespace: str, ns: _Namespace, error: Exception) -> None:
         delay = BACKOFF_S[min(ns.failures, len(BACKOFF_S) - 1)]
         ns.failures += 1
-        if isinstance(error, Refused):  # the API server's message says what is wrong; a traceback would not
+        expected = isinstance(error, Refused) or (isinstance(error, ApplyFailed) and error.expected)
+        if expected:  # the API server's message (or the network's failure) says what is wrong; a traceback would not
             logger.error("reconcile of namespace %s failed: %s; retrying in %.0fs", namespace, error, delay)
         else:
             logger.error("reconcile of namespace %s failed; retrying in %.0fs", namespace, delay, exc_info=error)

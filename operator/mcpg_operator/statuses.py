@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from mcpg_operator import conditions as c
-from mcpg_operator import observed, render, rotation, tokens
+from mcpg_operator import objects, observed, render, rotation, tokens
+from mcpg_operator import writes as w
 
 Stalled = tuple[str, str] | None
 """(reason, message) of the gateway Deployment's failed Progressing condition, if it has one."""
@@ -31,6 +32,27 @@ class TokenView:
     rollout_stalled: Stalled = None
 
 
+@dataclass(frozen=True, slots=True)
+class Gateway:
+    """Where the namespace's gateway is reached, and why no MCP client could use it (None: some principal can)."""
+
+    namespace: str
+    clients_problem: str | None = None
+
+    def address(self) -> dict[str, Any]:
+        """The Service's in-cluster name, the MCP endpoint, and the ports: what a client or sender is pointed at."""
+        service = f"{objects.NAME}.{self.namespace}.svc"
+        return {
+            "service": service,
+            "url": f"http://{service}:{objects.PUBLIC_PORT}/mcp",
+            "ports": [{"name": "http", "port": objects.PUBLIC_PORT}, {"name": "admin", "port": objects.ADMIN_PORT}],
+        }
+
+
+WEBHOOK_PATH = "/webhooks/resource-updated/{token}"
+"""The path a webhook sender POSTs to on the gateway's http port; `{token}` stays a placeholder in any status."""
+
+
 def watch_status(
     rw: observed.Watch,
     verdict: render.Verdict,
@@ -38,7 +60,10 @@ def watch_status(
     rolled_out: bool,
     now: float,
     rollout_stalled: Stalled = None,
+    gateway: Gateway | None = None,
+    token_secret: str | None = None,
 ) -> dict[str, Any]:
+    """`token_secret`: `name/key` of the Secret holding a webhook watch's token, where its senders find it."""
     gen = rw.id.generation
     conds = list(rw.status.get("conditions", []))
     ready = verdict.served and rolled_out
@@ -47,10 +72,15 @@ def watch_status(
         reason, message = c.ROLLING_OUT, "waiting for the gateway rollout that carries this watch to complete"
         if rollout_stalled is not None:
             reason, message, stalled = _stalled_rollout(rollout_stalled)
+    clients_problem = gateway.clients_problem if gateway is not None and verdict.served else None
+    if ready and clients_problem:
+        message = f"{message}, but {clients_problem}"
     reconciling = verdict.served and not rolled_out and not stalled
     conds = c.set_condition(conds, c.READY, ready, reason, message, gen, now)
     conds = c.set_condition(conds, c.RECONCILING, reconciling, reason, message, gen, now)
     conds = c.set_stalled(conds, stalled, reason, message, gen, now)
+    conds = _clients(conds, gateway if verdict.served else None, gen, now)
+    webhook = verdict.served and verdict.strategy == "webhook"
     # Every field is always present: the status is merge-patched, and None is what removes a stale value.
     return {
         "observedGeneration": gen,
@@ -58,11 +88,29 @@ def watch_status(
         "strategy": verdict.strategy,
         "uri": verdict.uri,
         "configHash": config_hash[:16] if verdict.served else None,
+        "gateway": gateway.address() if gateway is not None and verdict.served else None,
+        "webhookPath": WEBHOOK_PATH if webhook else None,
+        "webhookTokenSecret": token_secret if webhook else None,
     }
 
 
+def _clients(conds: list[dict[str, Any]], gateway: Gateway | None, gen: int, now: float) -> list[dict[str, Any]]:
+    """`ClientsAuthorized`, on a served watch only: served is not usable if every MCP client gets 401."""
+    if gateway is None:
+        return [x for x in conds if x.get("type") != c.CLIENTS_AUTHORIZED]
+    if gateway.clients_problem:
+        return c.set_condition(conds, c.CLIENTS_AUTHORIZED, False, c.NO_PRINCIPALS, gateway.clients_problem, gen, now)
+    message = f"Secret {render.AUTH_SECRET} lets MCP clients use this gateway"
+    return c.set_condition(conds, c.CLIENTS_AUTHORIZED, True, c.PRINCIPALS_DEFINED, message, gen, now)
+
+
 def token_status(
-    wt: observed.Token, src: tokens.Source, state: rotation.TokenState, view: TokenView, now: float
+    wt: observed.Token,
+    src: tokens.Source,
+    state: rotation.TokenState,
+    view: TokenView,
+    now: float,
+    gateway: Gateway | None = None,
 ) -> dict[str, Any]:
     gen = wt.id.generation
     conds = list(wt.status.get("conditions", []))
@@ -75,6 +123,7 @@ def token_status(
     stalled = (c.SECRET_REFUSED, refusal) if refusal else _token_stalled(src, state, view)
     conds = c.set_stalled(conds, stalled is not None, *(stalled or ("", "")), gen, now)
     accepted_at = state.current_accepted_at if view.accepted else None
+    in_use = refusal is None and (view.carried or view.accepted)
     return {
         "observedGeneration": gen,
         "phase": phase,
@@ -85,6 +134,9 @@ def token_status(
         # token's acceptance time must not be shown as the new one's.
         "currentDigest": render.token_digest(state.current) if state.current else None,
         "currentAcceptedAt": c.now_iso(accepted_at) if accepted_at is not None else None,
+        # Where its senders POST, once some served watch uses it (the token itself is in its Secret, never here).
+        "gateway": gateway.address() if gateway is not None and in_use else None,
+        "webhookPath": WEBHOOK_PATH if in_use else None,
     }
 
 
@@ -98,6 +150,33 @@ def refused(wt: observed.Token, message: str, now: float) -> dict[str, Any]:
         conds = c.set_condition(conds, type_, False, c.SECRET_REFUSED, message, gen, now)
     conds = c.set_stalled(conds, True, c.SECRET_REFUSED, message, gen, now)
     return {"observedGeneration": gen, "phase": "Error", "conditions": conds}
+
+
+def apply_failed(decided: dict[str, Any], failure: w.Failure, generation: int, now: float) -> dict[str, Any]:
+    """`decided`, this pass's status (never written: a write it depends on failed), with the failure as Ready.
+
+    Retried either way; a refusal (`failure.permanent`) is Stalled, since sending the same write again will not
+    help until someone changes something (the spec, a quota, another Service holding a node port).
+    """
+    conds, said = list(decided.get("conditions", [])), (c.APPLY_FAILED, failure.message, generation, now)
+    conds = c.set_condition(conds, c.READY, False, *said)
+    conds = c.set_condition(conds, c.RECONCILING, not failure.permanent, *said)
+    conds = c.set_stalled(conds, failure.permanent, *said)
+    return {**decided, "conditions": conds}
+
+
+def depends_on_gateway(status: dict[str, Any]) -> bool:
+    """Whether an object with this decided status is only as good as the gateway's objects: a served watch, a
+    token in use. One already failing for a reason of its own (an invalid spec, a missing Secret) keeps it."""
+    ready: dict[str, Any] = next((x for x in status.get("conditions", []) if x.get("type") == c.READY), {})
+    return ready.get("status") == "True" or ready.get("reason") in GATEWAY_BOUND_REASONS
+
+
+GATEWAY_BOUND_REASONS = frozenset(
+    {c.SERVED, c.ROLLING_OUT, c.TOKEN_ROTATING, c.APPLY_FAILED, c.ROLLOUT_STALLED, c.APPLIED}
+)
+"""Ready reasons of an object waiting on the gateway's objects (a stalled rollout's own reason may differ); an
+McpGateway's `Applied` among them, since its settings are what failed to be written."""
 
 
 def refused_before(status: dict[str, Any]) -> bool:

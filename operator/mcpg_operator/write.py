@@ -17,48 +17,161 @@ The order, and why:
 6. `EVENTS`: Events last, so an Event never announces a change that a failed write did not make.
 
 A write that fails raises: the pass stops there, and the next pass (with backoff) reads again and redoes
-whatever is still needed, since every write is idempotent. The exception is a write made for one object
-(`about`) that the API server refuses: that object alone is at fault, so the refusal is returned to be
-reported on it, and the other writes go on.
+whatever is still needed, since every write is idempotent. A failed write before the statuses (stages 1 to 4)
+raises `ApplyFailed` when asked (a namespace's reconcile asks): it says what failed and whether retrying can
+help, so the reconcile reports it on every object of the namespace before the retry. The exception is a write
+made for one object (`about`) that the API server refuses: that object alone is at fault, so the refusal is
+returned to be reported on it, and the other writes go on.
+
+Each change is logged as it is made, naming the object (never a body: a Secret's data stays out of the log).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 
+from kubernetes_asyncio.client.exceptions import ApiException
+
 from mcpg_operator import writes as w
-from mcpg_operator.kube import Client, NamespaceTerminating, Refused, ns_path
+from mcpg_operator.kube import Client, NamespaceTerminating, Refused, ns_path, refusal
+
+logger = logging.getLogger(__name__)
+
+KINDS = {
+    "secrets": "Secret",
+    "serviceaccounts": "ServiceAccount",
+    "services": "Service",
+    "deployments": "Deployment",
+    "resourcewatches": "ResourceWatch",
+    "webhooktokens": "WebhookToken",
+    "poddisruptionbudgets": "PodDisruptionBudget",
+    "networkpolicies": "NetworkPolicy",
+    "mcpgateways": "McpGateway",
+}
 
 
-async def execute(kube: Client, namespace: str, todo: Iterable[w.Write]) -> list[w.Refusal]:
+class ApplyFailed(Exception):
+    """A write the namespace as a whole depends on failed; `failure` is what its objects' statuses report."""
+
+    def __init__(self, failure: w.Failure, cause: Exception) -> None:
+        super().__init__(failure.message)
+        self.failure, self.cause = failure, cause
+
+    @property
+    def expected(self) -> bool:
+        """An answer of the API server, or the network failing: the message says it all, a traceback would not."""
+        if isinstance(self.cause, ApiException | OSError | TimeoutError):
+            return True
+        # The client's transport (aiohttp) raises its own errors; named by module, since the operator's layers
+        # keep aiohttp, a gateway dependency, out of its imports (.importlinter).
+        return type(self.cause).__module__.split(".")[0] == "aiohttp"
+
+
+async def execute(
+    kube: Client, namespace: str, todo: Iterable[w.Write], describe_failure: bool = False
+) -> list[w.Refusal]:
+    """Perform `todo` in order; the refusals of writes made for one object. `describe_failure`: a failed write
+    before the statuses raises `ApplyFailed` (what failed, to report) instead of the error itself."""
     refusals = []
     for write in w.in_order(list(todo)):
         about = write.about if isinstance(write, w.CreateObject) else None
         try:
-            await _one(kube, namespace, write)
+            changed = await _one(kube, namespace, write)
         except NamespaceTerminating:
             raise
         except Refused as e:
-            if about is None:
-                raise
-            refusals.append(w.Refusal(about, e.message))
+            if about is not None:
+                refusals.append(w.Refusal(about, e.message))
+                continue
+            raise _failed(write, e, describe_failure) from e
+        except Exception as e:
+            raise _failed(write, e, describe_failure) from e
+        if changed:
+            _log(namespace, write)
     return refusals
 
 
-async def _one(kube: Client, namespace: str, write: w.Write) -> None:
+def failure(write: w.Write, error: Exception) -> w.Failure:
+    """What users are told when `write` failed with `error`: the API server's message, or the error's kind."""
+    what = f"{_verb(write)} {describe(write)}"
+    if isinstance(error, Refused):
+        return w.Failure(f"the API server refused to {what}: {error.message}", permanent=True)
+    if isinstance(error, ApiException):
+        said = refusal(error.status or 0, error.body).message or str(error.reason)
+        return w.Failure(f"could not {what} ({error.status}): {said}; retrying", permanent=False)
+    return w.Failure(f"could not {what} ({type(error).__name__}); retrying", permanent=False)
+
+
+def describe(write: w.Write) -> str:
+    """`Kind name` of the object a write targets (an Event: what it is about)."""
+    if isinstance(write, w.PostEvent):
+        involved = write.body.get("involvedObject", {})
+        return f"Event about {involved.get('kind')} {involved.get('name')}"
+    return f"{KINDS.get(write.ref.plural, write.ref.plural)} {write.ref.name}"
+
+
+def _failed(write: w.Write, error: Exception, describe_failure: bool) -> Exception:
+    if not describe_failure or write.stage >= w.Stage.STATUS:
+        return error  # a status or an Event: nothing more to report it on; the next pass writes it again
+    return ApplyFailed(failure(write, error), error)
+
+
+def _verb(write: w.Write) -> str:
+    match write:
+        case w.CreateObject():
+            return "create"
+        case w.ApplyObject():
+            return "apply"
+        case w.DeleteObject():
+            return "delete"
+        case w.MergePatchStatus():
+            return "update the status of"
+        case w.PostEvent():
+            return "post"
+        case _:
+            return "patch"
+
+
+def _log(namespace: str, write: w.Write) -> None:
+    """One line per change the operator makes: the decision as it lands, not kopf's "Handler succeeded"."""
+    if isinstance(write, w.PostEvent):
+        body = write.body
+        logger.info("namespace %s: %s %s: %s", namespace, body.get("type"), body.get("reason"), describe(write))
+        return
+    past = {"create": "created", "apply": "applied", "delete": "deleted", "patch": "patched"}
+    verb = _verb(write)
+    if isinstance(write, w.MergePatchStatus):
+        logger.info("namespace %s: status of %s: %s", namespace, describe(write), _conditions(write.status))
+        return
+    logger.info("namespace %s: %s %s", namespace, past.get(verb, verb), describe(write))
+
+
+def _conditions(status: dict[str, object]) -> str:
+    """`Ready=True (Served)`-style summary of a status's conditions (no message: it can be long)."""
+    conds = status.get("conditions")
+    if not isinstance(conds, list):
+        return "updated"
+    parts = [f"{c.get('type')}={c.get('status')} ({c.get('reason')})" for c in conds if isinstance(c, dict)]
+    return ", ".join(parts) or "updated"
+
+
+async def _one(kube: Client, namespace: str, write: w.Write) -> bool:
+    """Perform `write`; False if there was nothing to do (it existed already, or its object is gone)."""
     match write:
         case w.CreateObject(ref=ref, body=body):
-            await kube.create(_path(namespace, ref, named=False), body)  # None if it exists: then it stays
+            return await kube.create(_path(namespace, ref, named=False), body) is not None  # an existing one stays
         case w.ApplyObject(ref=ref, body=body):
             await kube.apply(_path(namespace, ref), body)
         case w.MergePatch(ref=ref, patch=patch):
-            await kube.merge_patch(_path(namespace, ref), patch)
+            return await kube.merge_patch(_path(namespace, ref), patch) is not None
         case w.DeleteObject(ref=ref):
             await kube.delete(_path(namespace, ref))
         case w.MergePatchStatus(ref=ref, status=status):
-            await kube.merge_patch(_path(namespace, ref) + "/status", {"status": status})
+            return await kube.merge_patch(_path(namespace, ref) + "/status", {"status": status}) is not None
         case w.PostEvent(body=body):
-            await kube.create(ns_path(namespace, "events"), body)
+            return await kube.create(ns_path(namespace, "events"), body) is not None
+    return True
 
 
 def _path(namespace: str, ref: w.Ref, named: bool = True) -> str:

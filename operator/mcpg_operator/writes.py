@@ -94,6 +94,17 @@ class Refusal:
     """The API server's message."""
 
 
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A write for the namespace as a whole (its gateway's objects, a rotation state) failed: every ResourceWatch
+    and WebhookToken of the namespace reports it, since none of them is served as decided until it succeeds."""
+
+    message: str
+    """What failed and the API server's own message (which names the object and the field), never a value."""
+    permanent: bool
+    """The API server refused the write (400, 403, 422): sending it again will not help until something changes."""
+
+
 Write = CreateObject | ApplyObject | MergePatch | DeleteObject | MergePatchStatus | PostEvent
 
 

@@ -46,15 +46,21 @@ class FakeKube:
         self.objects: dict[str, dict[str, Any]] = {}
         self.writes: list[Call] = []
         self._serial = itertools.count(1)
-        self._refusals: dict[str, Refused] = {}
-        self._refused_reads: dict[str, Refused] = {}
+        self._refusals: dict[str, Exception] = {}
+        self._refused_reads: dict[str, Exception] = {}
 
-    def refuse(self, path: str, error: Refused, *, reads: bool = False) -> None:
-        """From now on, the API server refuses every write to `path` (an object) with `error`; `reads`: every
-        `get` of it too (as RBAC does to a role without that verb)."""
+    def refuse(self, path: str, error: Exception, *, reads: bool = False) -> None:
+        """From now on, the API server refuses every write to `path` (an object) with `error` (a `Refused`, or
+        any failure: an `ApiException` of a 5xx, a dropped connection); `reads`: every `get` of it too (as RBAC
+        does to a role without that verb)."""
         self._refusals[path] = error
         if reads:
             self._refused_reads[path] = error
+
+    def allow(self, path: str) -> None:
+        """Undo `refuse`: writes to `path` succeed again."""
+        self._refusals.pop(path, None)
+        self._refused_reads.pop(path, None)
 
     def _admit(self, path: str, body: dict[str, Any] | None) -> None:
         """What the API server checks before any write: refusals set by a test, and the Secret size limit."""

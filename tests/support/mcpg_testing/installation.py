@@ -17,7 +17,7 @@ from mcpg_testing.images import REPO
 
 CRDS = REPO / "crds"
 CHART = REPO / "charts" / "mcpg"
-CRD_NAMES = ("crd/resourcewatches.mcpg.dev", "crd/webhooktokens.mcpg.dev")
+CRD_NAMES = ("crd/resourcewatches.mcpg.dev", "crd/webhooktokens.mcpg.dev", "crd/mcpgateways.mcpg.dev")
 OPERATOR_NAMESPACE = "mcpg-system"
 """Where the chart's ServiceAccount lives; the control plane's operator token is mapped to it."""
 RBAC_KINDS = frozenset({"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"})

@@ -1,0 +1,302 @@
+"""Per-namespace gateway settings: the `McpGateway` resource, and its overlay on the operator's defaults. Pure.
+
+`GatewayDefaults` (the `MCPG_GATEWAY_*` variables) say how every gateway runs; a namespace's McpGateway (named
+`mcpg-gateway`, at most one) overrides some of that for its own gateway: replicas, the Service, the container's
+resources, and an opt-in PodDisruptionBudget and NetworkPolicy. `shape` overlays it, and everything that renders
+the namespace's gateway reads the overlaid `GatewayDefaults`, so an unset field is exactly the operator's default.
+A spec that cannot be used is refused whole (`InvalidSpec`, naming the field): the namespace keeps the defaults,
+rather than running half of what was asked.
+"""
+
+from __future__ import annotations
+
+import decimal
+import re
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
+
+from mcpg_operator import bus, models, objects, observed
+from mcpg_operator import conditions as c
+from mcpg_operator.settings import BusSettings, GatewayDefaults
+
+PLURAL = "mcpgateways"
+NAME = "mcpg-gateway"
+"""The one McpGateway a namespace may hold: named after the Deployment it shapes (`objects.NAME`)."""
+APPLIED = c.APPLIED
+NO_GATEWAY = "NoGateway"
+QUANTITY = (
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+"""A resource quantity, as the API server's own pattern (the CRD carries the same)."""
+_BUDGET = r"^[0-9]+%$"
+
+
+def _quantity(value: int | str) -> int | str:
+    if isinstance(value, str) and not re.fullmatch(QUANTITY, value):
+        raise ValueError(f"must be a quantity such as 500m, 64Mi or 2, got {value[:40]!r}")
+    return value
+
+
+def _budget(value: int | str) -> int | str:
+    if (isinstance(value, int) and value < 0) or (isinstance(value, str) and not re.fullmatch(_BUDGET, value)):
+        raise ValueError(f"must be a number of pods (0 or more) or a percentage such as 50%, got {value!r:.40}")
+    return value
+
+
+Quantity = Annotated[int | str, AfterValidator(_quantity)]
+Budget = Annotated[int | str, AfterValidator(_budget)]
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, use_attribute_docstrings=True
+    )
+
+
+class ServiceSpec(_Spec):
+    type: Literal["ClusterIP", "NodePort", "LoadBalancer"] | None = None
+    """The Service type; unset: the operator's `MCPG_GATEWAY_SERVICE_TYPE`."""
+    http_node_port: int | None = Field(default=None, ge=30000, le=32767)
+    """A fixed node port for the public port (8080); only with type NodePort or LoadBalancer. A cluster has each
+    node port only once."""
+    admin_node_port: int | None = Field(default=None, ge=30000, le=32767)
+    """A fixed node port for the admin port (9090); only with type NodePort or LoadBalancer."""
+    annotations: dict[str, str] = Field(default_factory=dict, max_length=64)
+    """Annotations on the Service (a cloud load balancer's settings, for example)."""
+
+    @model_validator(mode="after")
+    def _node_ports_need_a_node_port_type(self) -> ServiceSpec:
+        for name, port in (("httpNodePort", self.http_node_port), ("adminNodePort", self.admin_node_port)):
+            if port is not None and self.type in (None, "ClusterIP"):
+                raise ValueError(f"{name}: a node port needs type NodePort or LoadBalancer")
+        return self
+
+
+class ResourcesSpec(_Spec):
+    requests: dict[str, Quantity] = Field(default_factory=dict)
+    """What the scheduler reserves for the gateway container (cpu, memory, ...)."""
+    limits: dict[str, Quantity] = Field(default_factory=dict)
+    """What the gateway container may use at most; each request must be at most its limit."""
+
+    @model_validator(mode="after")
+    def _requests_within_limits(self) -> ResourcesSpec:
+        for name, request in self.requests.items():
+            limit = self.limits.get(name)
+            if limit is not None and parse_quantity(request) > parse_quantity(limit):
+                raise ValueError(f"requests.{name}: {request} is more than limits.{name} ({limit})")
+        return self
+
+    def rendered(self) -> dict[str, Any]:
+        """As the container gets them: quantities as strings (the API server reads an integer back as one)."""
+        out: dict[str, Any] = {}
+        for part, values in (("requests", self.requests), ("limits", self.limits)):
+            if values:
+                out[part] = {k: str(v) for k, v in values.items()}
+        return out
+
+
+class DisruptionBudgetSpec(_Spec):
+    enabled: bool = False
+    """Render a PodDisruptionBudget for the gateway pods."""
+    min_available: Budget | None = None
+    """Pods that must stay available during a voluntary disruption: a number or a percentage."""
+    max_unavailable: Budget | None = None
+    """Pods that may be unavailable during a voluntary disruption; 1 when neither this nor minAvailable is set."""
+
+    @model_validator(mode="after")
+    def _at_most_one(self) -> DisruptionBudgetSpec:
+        if self.min_available is not None and self.max_unavailable is not None:
+            raise ValueError("minAvailable, maxUnavailable: set at most one of them")
+        return self
+
+
+class NetworkPolicySpec(_Spec):
+    enabled: bool = False
+    """Render a NetworkPolicy for the gateway pods (opt-in: off unless set)."""
+    ingress_from: list[dict[str, Any]] = Field(default_factory=list, max_length=32)
+    """NetworkPolicyPeer objects (podSelector, namespaceSelector, ipBlock) allowed to reach the gateway's ports;
+    empty: from anywhere."""
+
+
+class McpGatewaySpec(_Spec):
+    """How the namespace's gateway runs; every field left unset takes the operator's default."""
+
+    replicas: int | None = Field(default=None, ge=1)
+    """Gateway pods. Above 1 they share a NATS bus, so the operator must have one: an external bus
+    (MCPG_BUS_MODE=external), or the managed one, which runs when the operator's own replica default
+    (MCPG_GATEWAY_REPLICAS) is above 1. Otherwise the McpGateway is refused (InvalidSpec)."""
+    service: ServiceSpec = Field(default_factory=ServiceSpec)
+    """The gateway's Service (ports 8080 http and 9090 admin)."""
+    resources: ResourcesSpec | None = None
+    """The gateway container's resources, as in a pod spec. When set it replaces the operator's default whole: what
+    is written here is what the container gets."""
+    pod_disruption_budget: DisruptionBudgetSpec = Field(default_factory=DisruptionBudgetSpec)
+    """A policy/v1 PodDisruptionBudget for the gateway pods. With neither minAvailable nor maxUnavailable,
+    maxUnavailable is 1."""
+    network_policy: NetworkPolicySpec = Field(default_factory=NetworkPolicySpec)
+    """An opt-in networking.k8s.io/v1 NetworkPolicy for the gateway pods. Ingress: only the gateway's ports (8080,
+    9090), from ingressFrom (from anywhere when empty). Egress: DNS (port 53, UDP and TCP) and the ports of every URL
+    the rendered configuration names (backends, databases, NATS) and of the bus when replicas share one. A
+    NetworkPolicy cannot match host names, so egress is allowed by port, to any address."""
+
+
+class McpGatewayStatus(_Spec):
+    """The settings in effect, and whether they could be applied."""
+
+    observed_generation: int
+    """The generation these conditions describe."""
+    conditions: list[models.Condition]
+    """`Ready` (reason `Applied`, `InvalidSpec` or `NoGateway`), and `Stalled` while the spec cannot be used."""
+    replicas: int
+    """The gateway replicas in effect in the namespace."""
+    service_type: str
+    """The Service type in effect in the namespace."""
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """How one namespace's gateway runs: the operator's defaults with its McpGateway laid over them."""
+
+    defaults: GatewayDefaults
+    """What every builder reads: replicas, Service type and node ports, resources."""
+    service_annotations: dict[str, str] = field(default_factory=dict)
+    disruption_budget: DisruptionBudgetSpec | None = None
+    """The PodDisruptionBudget to render; None: none (deleted if the operator made one)."""
+    network_policy: NetworkPolicySpec | None = None
+    """The NetworkPolicy to render; None: none (deleted if the operator made one)."""
+    refusal: str | None = None
+    """Why the namespace's McpGateway is not used (it names the field); None if it is, or there is none."""
+
+
+def shape(found: observed.McpGateway | None, defaults: GatewayDefaults, bus_settings: BusSettings | None) -> Shape:
+    """`defaults` overlaid with the namespace's McpGateway (`found`); a refused one leaves them as they are."""
+    if found is None:
+        return Shape(defaults)
+    try:
+        spec = McpGatewaySpec.model_validate(found.spec)
+    except ValidationError as e:
+        return Shape(defaults, refusal=_first_error(e))
+    refusal = _bus_refusal(spec, defaults, bus_settings)
+    if refusal is not None:
+        return Shape(defaults, refusal=refusal)
+    return Shape(
+        _overlay(spec, defaults),
+        dict(spec.service.annotations),
+        spec.pod_disruption_budget if spec.pod_disruption_budget.enabled else None,
+        spec.network_policy if spec.network_policy.enabled else None,
+    )
+
+
+def _overlay(spec: McpGatewaySpec, defaults: GatewayDefaults) -> GatewayDefaults:
+    service = spec.service
+    changes: dict[str, Any] = {}
+    if spec.replicas is not None:
+        changes["replicas"] = spec.replicas
+    if spec.resources is not None:
+        changes["resources"] = spec.resources.rendered()
+    if service.type is not None:
+        # The type and its node ports go together: the operator's fixed ports belong to its own Service type.
+        changes |= {"service_type": service.type, "http_node_port": None, "admin_node_port": None}
+    if service.http_node_port is not None:
+        changes["http_node_port"] = service.http_node_port
+    if service.admin_node_port is not None:
+        changes["admin_node_port"] = service.admin_node_port
+    return defaults.model_copy(update=changes)
+
+
+def has_bus(bus_settings: BusSettings | None, defaults: GatewayDefaults) -> bool:
+    """Whether gateway replicas of any namespace can share a bus: an external one, or the managed server, which
+    the operator runs only when its own replica default is above 1 (`bus.runs_server`)."""
+    if bus_settings is None:
+        return False
+    return bus_settings.mode == "external" or bus.runs_server(bus_settings, defaults.replicas)
+
+
+def _bus_refusal(spec: McpGatewaySpec, defaults: GatewayDefaults, bus_settings: BusSettings | None) -> str | None:
+    if spec.replicas is None or spec.replicas <= 1 or has_bus(bus_settings, defaults):
+        return None
+    return (
+        f"spec.replicas: {spec.replicas} gateway replicas share a NATS bus, and the operator has none: configure "
+        "an external bus (MCPG_BUS_MODE=external, MCPG_BUS_URL, MCPG_BUS_CREDENTIALS_SECRET; chart values "
+        "gateway.bus.*) or the managed one (MCPG_GATEWAY_REPLICAS above 1), or set replicas to 1"
+    )
+
+
+_NAMED = re.compile(r"^([A-Za-z][A-Za-z0-9.]*): (.*)$", re.DOTALL)
+"""A validator's message that starts by naming the field inside the object it checks (`httpNodePort: ...`)."""
+
+
+def _first_error(e: ValidationError) -> str:
+    """`spec.<field path>: <what is wrong>` for the first problem."""
+    err = e.errors(include_url=False)[0]
+    path, message = ["spec", *(str(x) for x in err["loc"])], str(err["msg"]).removeprefix("Value error, ")
+    named = _NAMED.match(message)
+    if named:
+        path.append(named[1])
+        message = named[2]
+    return f"{'.'.join(path)}: {message}"
+
+
+def status(found: observed.McpGateway, shaped: Shape, has_gateway: bool, now: float) -> dict[str, Any]:
+    """The McpGateway's status: whether its settings are in the namespace's rendered gateway objects."""
+    gen, conds = found.id.generation, list(found.status.get("conditions", []))
+    if shaped.refusal is not None:
+        ready, reason, message = False, c.INVALID_SPEC, shaped.refusal
+    elif not has_gateway:
+        ready, reason = False, NO_GATEWAY
+        message = "no ResourceWatch in this namespace, so no gateway runs; these settings apply once one does"
+    else:
+        ready, reason, message = True, APPLIED, summary(shaped)
+    conds = c.set_condition(conds, c.READY, ready, reason, message, gen, now)
+    conds = c.set_stalled(conds, shaped.refusal is not None, reason, message, gen, now)
+    d = shaped.defaults
+    return McpGatewayStatus(
+        observed_generation=gen, conditions=conds, replicas=d.replicas, service_type=d.service_type
+    ).model_dump(by_alias=True)
+
+
+def summary(shaped: Shape) -> str:
+    """What is in effect, in one line (the Ready message)."""
+    d = shaped.defaults
+    parts = [f"{d.replicas} replica(s)", f"Service {d.service_type}"]
+    parts.append("PodDisruptionBudget" + ("" if shaped.disruption_budget else " off"))
+    parts.append("NetworkPolicy" + ("" if shaped.network_policy else " off"))
+    return "the gateway objects carry these settings: " + ", ".join(parts)
+
+
+EXACT_FIELDS: tuple[tuple[str | int, ...], ...] = (
+    ("metadata", "annotations", objects.SERVICE_ANNOTATIONS),
+    ("spec", "template", "spec", "containers", 0, "resources"),
+)
+"""Fields of the gateway's objects that must equal the desired value, not just cover it: a resource or an
+annotation dropped from an McpGateway leaves every remaining key in place, so `covers` alone would keep it."""
+
+
+def differs_exactly(live: observed.Applied, desired: dict[str, Any]) -> bool:
+    """Some field of `EXACT_FIELDS` is not what `desired` says (an absent one included): apply it again."""
+    wanted = observed.Applied(desired)
+    return any(live.at(*path) != wanted.at(*path) for path in EXACT_FIELDS)
+
+
+_SUFFIXES = {
+    **{s: decimal.Decimal(1024) ** (i + 1) for i, s in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"))},
+    **{s: decimal.Decimal(10) ** p for s, p in (("n", -9), ("u", -6), ("m", -3), ("", 0), ("k", 3), ("M", 6))},
+    **{s: decimal.Decimal(10) ** p for s, p in (("G", 9), ("T", 12), ("P", 15), ("E", 18))},
+}
+_SPLIT = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(.*)$")
+
+
+def parse_quantity(value: int | str) -> decimal.Decimal:
+    """A Kubernetes quantity as a number (`"64Mi"` -> 67108864, `"500m"` -> 0.5), to compare requests and limits."""
+    if isinstance(value, int):
+        return decimal.Decimal(value)
+    match = _SPLIT.match(value)
+    if match is None:
+        raise ValueError(f"not a quantity: {value!r}")
+    number, suffix = decimal.Decimal(match[1]), match[2]
+    if suffix in _SUFFIXES:
+        return number * _SUFFIXES[suffix]
+    return number * decimal.Decimal(10) ** int(suffix[1:])  # an exponent: 1e3, 12E-1
