@@ -36,12 +36,17 @@ binaries: ## build (once, then cached in $MCPG_CACHE/bin) the control plane, kub
 	hack/build-control-plane.sh
 
 .PHONY: lint
-lint: venv ## ruff, formatting, mypy --strict, import-linter's layer contracts, and the no-`operator`-package guard
+lint: venv ## ruff, formatting, mypy --strict, import-linter's layer contracts, the no-`operator`-package guard, and a stale reference
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	hack/check-no-operator-package.sh $(BIN)/python
+	$(BIN)/python hack/reference.py --check
+
+.PHONY: reference
+reference: venv ## write the CRDs' descriptions (from the models), the chart's copy of crds/, and docs/reference.md
+	$(BIN)/python hack/reference.py
 
 .PHONY: test-unit
 test-unit: venv ## unit tier

@@ -33,21 +33,32 @@ POLL_DEFAULT_MS = 60_000
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Attribute docstrings are the fields' descriptions: the reference (docs/reference.md, `hack/reference.py`) and
+    # the operator's CRD descriptions are generated from them, so each field is described once, here.
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 class HttpBackend(_Model):
     """Reads a resource with one HTTP request. `{var}` in `url` takes a resource template's variable."""
 
     kind: Literal["http"]
+    """The backend's kind; `http` is the only one."""
     url: str = Field(min_length=1)
+    """The upstream URL a read requests (http or https). In a resource template, `{name}` takes the concrete URI's
+    value of that template variable."""
     method: Literal["get", "post", "put", "patch", "delete", "head"] = "get"
+    """The HTTP method of each read; `get` by default."""
     headers: dict[str, SecretStr] = Field(default_factory=dict)
+    """Request headers sent with every read, such as `Authorization`; the values are secrets, never logged or
+    shown."""
     body: str | None = None
+    """The request body sent with every read, as is; none by default."""
     expected_status_codes: list[Annotated[int, Field(ge=100, le=599)]] = Field(
         default_factory=lambda: [200], min_length=1
     )
+    """The HTTP statuses that make a successful read (`[200]` by default); any other is a failed read."""
     require_json_response: bool = False
+    """Refuse a body that is not JSON: such a read fails instead of being served or hashed. Off by default."""
     timeout_ms: int = Field(default=10_000, gt=0, le=300_000)
     """Bounds the whole read: waiting for a connection to the upstream, the request, and the whole body."""
     max_response_bytes: int = Field(default=10_485_760, ge=1)
@@ -74,7 +85,9 @@ class PollStrategy(_Model):
     """Re-read through the binding on a cadence; fire when the SHA-256 of the response moves."""
 
     type: Literal["poll"] = "poll"
+    """Selects this strategy; `poll` is also what a watch without a strategy does."""
     interval_ms: int = Field(default=POLL_DEFAULT_MS, gt=0)
+    """Milliseconds between two reads; 60000 (one minute) by default, and never less than 10000 (the floor)."""
     ignore: list[IgnoredPointer] = Field(default_factory=list)
     """JSON Pointers (RFC 6901; `*` matches any array index or object key) whose values are left out of the
     hash: fields the upstream recomputes on every read. The body must then be JSON. A read still returns them."""
@@ -98,8 +111,12 @@ class WebhookStrategy(_Model):
     """
 
     type: Literal["webhook"]
+    """Selects this strategy."""
     token: SecretStr = SecretStr("")
+    """The secret path segment a sender presents (`openssl rand -hex 32` makes one); usually `${env.NAME}` so the
+    file never holds it. Empty: the gateway generates one for the run and shows it in `GET /admin/v1/webhooks`."""
     previous_tokens: list[SecretStr] = Field(default_factory=list)
+    """Replaced tokens still accepted, so senders that have not switched yet are not refused during a rotation."""
 
     @staticmethod
     def token_problem(token: str) -> str | None:
@@ -135,25 +152,36 @@ class NatsTopicStrategy(_Model):
     """Fire on any message on `subject` (wildcards allowed); the payload is never inspected."""
 
     type: Literal["nats_topic"]
+    """Selects this strategy."""
     subject: str = Field(min_length=1)
+    """The NATS subject to subscribe to; `*` and `>` wildcards are allowed."""
     url: SecretStr | None = None
+    """The NATS server (`nats://host:port`, may hold credentials, so secret); unset: `gateway.nats.url`."""
 
 
 class PostgresListenNotifyStrategy(_Model):
     """Fire on any NOTIFY on `channel`, over one dedicated connection per watch."""
 
     type: Literal["postgres_listen_notify"]
+    """Selects this strategy."""
     url: SecretStr
+    """The PostgreSQL connection URL (`postgresql://…`); a secret, since it usually holds a password."""
     channel: str = Field(min_length=1, max_length=63)
+    """The channel to `LISTEN` on (at most 63 characters, PostgreSQL's identifier limit)."""
 
 
 class SqlPollingStrategy(_Model):
     """Run a scalar tracking query on a cadence; fire when the value advances."""
 
     type: Literal["sql_polling"]
+    """Selects this strategy."""
     url: SecretStr
+    """The database connection URL (`postgresql://…`); a secret, since it usually holds a password."""
     query: str = Field(min_length=1)
+    """A query returning one scalar that advances when the resource changes, such as `select max(updated_at) from
+    reports`."""
     interval_ms: int = Field(default=POLL_DEFAULT_MS, gt=0)
+    """Milliseconds between two runs of the query; 60000 (one minute) by default, and never less than 10000."""
 
     @property
     def effective_interval_ms(self) -> int:
@@ -163,9 +191,11 @@ class SqlPollingStrategy(_Model):
 class PluginStrategy(BaseModel):
     """Hand the whole spec to the installed plugin whose `kind()` is `kind`; other fields are the plugin's."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, use_attribute_docstrings=True)
     type: Literal["plugin"]
+    """Selects this strategy."""
     kind: str = Field(min_length=1)
+    """The `kind()` of the installed plugin (entry point group `mcpg.strategies`) that runs this watch."""
 
 
 Strategy = Annotated[
@@ -193,7 +223,10 @@ class NotificationFilter(_Model):
     """
 
     scope: Literal["all", "subject_id", "expression"] = "all"
+    """Who is told: `all` subscribers (the default), only the resource's subject (`subject_id`), or those for whom
+    `expression` is true."""
     expression: str | None = None
+    """A CEL expression over `subscriber.*` and `event.uri`; required with scope `expression`, refused otherwise."""
 
     @model_validator(mode="after")
     def _expression_matches_scope(self) -> NotificationFilter:
@@ -205,8 +238,12 @@ class NotificationFilter(_Model):
 
 
 class WatchConfig(_Model):
+    """How the gateway learns that a resource changed, and whom it tells."""
+
     strategy: Strategy = Field(default_factory=PollStrategy)
+    """What tells the gateway the resource changed, selected by `type`; a poll every 60 s by default."""
     notification_filter: NotificationFilter = Field(default_factory=NotificationFilter)
+    """Which of the resource's subscribers are told when it fires; all of them by default."""
 
 
 def _filter_scope(watch: WatchConfig | None) -> str:
@@ -217,13 +254,19 @@ class _Entry(_Model):
     """What a resource and a resource template share."""
 
     name: str = Field(min_length=1)
+    """The MCP name clients see in `resources/list` (or `resources/templates/list`); unique in the gateway."""
     description: str = ""
+    """What the resource is, shown to clients as its MCP description; empty by default."""
     mime_type: str | None = None
+    """The MIME type reads are served as (e.g. `application/json`); unset, the upstream's Content-Type is used."""
     backend: Backend
+    """Where a read goes: every `resources/read`, and every poll, is one request through this binding."""
     watch: WatchConfig | None = None
+    """Makes the resource subscribable and says how changes are noticed; without it, clients can read but not
+    subscribe."""
     read_policy: str | None = Field(default=None, min_length=1)
     """CEL over `subscriber.*` and `resource.*` (a template's variables as `resource.variables.<name>`); true
-    allows read, subscribe and listen. None: any authenticated caller."""
+    allows read, subscribe and listen. Unset: any authenticated caller."""
 
 
 def _braces(names: Sequence[str]) -> str:
@@ -239,7 +282,10 @@ def _backend_url_error(url: str, message: str) -> ValidationError:
 
 
 class ResourceConfig(_Entry):
+    """One MCP resource: a single URI, read through its backend."""
+
     uri: str = Field(min_length=1)
+    """The resource's URI as clients ask for it, spelled canonically (RFC 3986), e.g. `drive://folder/reports`."""
     subject_id: str | None = Field(default=None, min_length=1)
     """The principal this resource is about: what `scope: subject_id` and `resource.subject_id` compare with."""
 
@@ -277,7 +323,11 @@ class ResourceConfig(_Entry):
 
 
 class ResourceTemplateConfig(_Entry):
+    """An MCP resource template: many URIs, one per value of its `{variables}`, read through one backend."""
+
     uri_template: str = Field(min_length=1)
+    """The template, e.g. `mail://inbox/{subject_id}`; each `{name}` matches one path segment and fills the
+    same `{name}` in the backend's url."""
 
     @property
     def has_subject(self) -> bool:
@@ -357,8 +407,9 @@ Entry = ResourceConfig | ResourceTemplateConfig
 class ToolConfig(BaseModel):
     """Tools are accepted for shape compatibility and not served: this gateway only watches resources."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, use_attribute_docstrings=True)
     name: str = Field(min_length=1)
+    """The tool's name; other fields are accepted as they are and ignored."""
 
     @model_validator(mode="before")
     @classmethod
@@ -372,9 +423,14 @@ class ToolConfig(BaseModel):
 
 
 class Capabilities(_Model):
+    """What the gateway serves over MCP."""
+
     resources: list[ResourceConfig] = Field(default_factory=list)
+    """Resources with one URI each; none by default."""
     resource_templates: list[ResourceTemplateConfig] = Field(default_factory=list)
+    """Resource templates, each standing for many URIs; none by default."""
     tools: list[ToolConfig] = Field(default_factory=list)
+    """Accepted so a configuration shared with a tool server loads; never served."""
 
 
 def entries_by_kind(caps: Capabilities) -> tuple[tuple[str, Sequence[Entry]], ...]:
@@ -382,14 +438,23 @@ def entries_by_kind(caps: Capabilities) -> tuple[tuple[str, Sequence[Entry]], ..
 
 
 class McpConfig(_Model):
+    """The MCP side: what clients can list, read and subscribe to."""
+
     capabilities: Capabilities = Field(default_factory=Capabilities)
+    """The resources, resource templates and tools; empty by default."""
 
 
 class ServerConfig(_Model):
+    """The public HTTP server: /mcp, the webhook route and the server card."""
+
     allowed_origins: list[str] = Field(default_factory=list)
     """Origins a browser may call /mcp and the webhook route from. A request with no Origin always passes."""
     max_webhook_body_bytes: int = Field(default=65_536, ge=0)
+    """The largest webhook request body accepted, in bytes (64 KiB by default); a larger one is answered 413
+    without being read. The body is otherwise ignored."""
     session_idle_timeout_s: float = Field(default=1800, gt=0)
+    """Seconds after which a stateful MCP session with no request is closed, ending its subscriptions (30 min by
+    default)."""
     server_card: bool = True
     """Serve `GET /.well-known/mcp/server-card.json` (no authentication, no secrets in it)."""
 
@@ -402,11 +467,17 @@ class LimitsConfig(_Model):
     """
 
     watches_per_principal: int = Field(default=10, ge=1)
+    """Distinct URIs one principal may watch at once (10 by default); one more is refused."""
     watches_total: int = Field(default=512, ge=1)
+    """Distinct URIs watched in the whole gateway at once (512 by default)."""
     listen_streams_per_principal: int = Field(default=64, ge=1)
+    """Open `subscriptions/listen` streams one principal may hold (64 by default)."""
     listen_streams_total: int = Field(default=512, ge=1)
+    """Open `subscriptions/listen` streams in the whole gateway (512 by default)."""
     sessions_per_principal: int = Field(default=128, ge=1)
+    """Stateful MCP sessions one principal may hold (128 by default)."""
     sessions_total: int = Field(default=10_000, ge=1)
+    """Stateful MCP sessions in the whole gateway (10000 by default)."""
     connections: int = Field(default=4096, ge=16)
     """Open TCP connections per port (public and admin each). At the cap the connection idle longest (no request
     in flight) is closed to make room; with none idle the new one is closed."""
@@ -443,6 +514,8 @@ class SubscriptionsConfig(_Model):
 
 
 class NatsConfig(_Model):
+    """The NATS server `nats_topic` watches use unless they name their own."""
+
     url: SecretStr | None = None
     """Default server for nats_topic watches that name none."""
 
@@ -458,10 +531,14 @@ class BusConfig(_Model):
     url: str = Field(min_length=1)
     """`nats://host:port` or `tls://host:port`, with no credentials in it: those go in `user` and `password`."""
     user: str | None = Field(default=None, min_length=1)
+    """The bus user name; unset, the gateway connects without credentials."""
     password: SecretStr | None = None
     """Usually `${env.NAME}`, so the rendered configuration never holds it."""
     subject_prefix: str = Field(default="mcpg", pattern=r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
+    """The first tokens of every subject the gateways use (`mcpg` by default); distinct per deployment sharing
+    one server."""
     bucket: str = Field(default="mcpg", pattern=r"^[A-Za-z0-9_-]+$", max_length=64)
+    """The prefix of the two JetStream key-value buckets (`mcpg` by default); distinct per deployment."""
     lease_ttl_s: float = Field(default=10.0, ge=1, le=300)
     """How long a pull watch's owner may be silent before another gateway takes the watch over."""
     instance: str | None = Field(default=None, min_length=1)
@@ -489,17 +566,24 @@ class _PrincipalFields(_Model):
     """What policies and filters see of a principal, as `subscriber.<field>`."""
 
     trust_level: str = ""
+    """A label policies may compare (`subscriber.trust_level`); empty by default."""
     roles: list[str] = Field(default_factory=list)
+    """Role names, as `subscriber.roles`; none by default."""
     groups: list[str] = Field(default_factory=list)
+    """Group names, as `subscriber.groups`; none by default."""
     scopes: list[str] = Field(default_factory=list)
+    """OAuth-style scopes, as `subscriber.scopes`; none by default."""
     attributes: dict[str, str] = Field(default_factory=dict)
+    """Any other string attributes, as `subscriber.attributes`; none by default."""
 
 
 class PrincipalConfig(_PrincipalFields):
     """A client identity. Only the SHA-256 (hex) of its bearer token is configured, never the token."""
 
     principal_id: str = Field(min_length=1)
+    """The principal's name: `subscriber.principal_id`, and what `scope: subject_id` compares; unique."""
     token_sha256: str = Field(pattern=r"^[0-9a-fA-F]{64}$")
+    """The SHA-256 of the principal's bearer token, 64 hex digits (`printf %s "$TOKEN" | sha256sum`)."""
 
     @field_validator("token_sha256")
     @classmethod
@@ -511,14 +595,18 @@ class AnonymousConfig(_PrincipalFields):
     """A request with no Authorization header acts as this principal, only when `enabled` is true."""
 
     enabled: bool = False
+    """Let requests without a bearer token in, as this principal; off by default (they get 401)."""
     principal_id: str = Field(default="anonymous", min_length=1)
+    """The anonymous principal's name (`anonymous` by default)."""
 
 
 class AuthConfig(_Model):
     """Who may use /mcp. No principals and anonymous disabled (the default) refuses every client with 401."""
 
     anonymous: AnonymousConfig = Field(default_factory=AnonymousConfig)
+    """Whether, and as whom, requests without a bearer token are served; disabled by default."""
     principals: list[PrincipalConfig] = Field(default_factory=list)
+    """The callers that present a bearer token; none by default."""
 
     @model_validator(mode="after")
     def _unique(self) -> AuthConfig:
@@ -539,13 +627,20 @@ class AuthConfig(_Model):
 
 
 class GatewaySection(_Model):
+    """The gateway process itself: its server, identities, limits and scale-out."""
+
     server: ServerConfig = Field(default_factory=ServerConfig)
+    """The public HTTP server's settings."""
     nats: NatsConfig = Field(default_factory=NatsConfig)
+    """The default NATS server for `nats_topic` watches."""
     auth: AuthConfig = Field(default_factory=AuthConfig)
+    """Who may use /mcp; nobody by default."""
     bus: BusConfig | None = None
     """Set to run as one of N gateways sharing a NATS bus; unset, the gateway runs alone."""
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    """How much one caller, and all callers, may hold."""
     subscriptions: SubscriptionsConfig = Field(default_factory=SubscriptionsConfig)
+    """A subscription's lease and lifetime."""
 
 
 class GatewayConfig(_Model):
@@ -553,4 +648,6 @@ class GatewayConfig(_Model):
     every nats_topic watch) and the CEL are checked by `check.py`, so each problem can name its own field."""
 
     mcp: McpConfig = Field(default_factory=McpConfig)
+    """What the gateway serves over MCP."""
     gateway: GatewaySection = Field(default_factory=GatewaySection)
+    """How the gateway process runs."""
