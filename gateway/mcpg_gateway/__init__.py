@@ -8,6 +8,7 @@ Module map (a request's path through it, top to bottom):
                     check: the whole question; templates: URI templates, matched in linear time; uris: the one
                     canonical spelling, the length cap, what a variable may hold; errors: Problem, ConfigError)
     servers         the two HTTP servers and the MCP session manager, started and stopped in order
+    stdio           `--stdio`: one client over stdin/stdout with the same handlers, as one configured principal
     public_app      port 8080: /mcp (origins, then identity), the webhook route, /healthz, /readyz
     admin_app       port 9090: /metrics and /admin/v1/*
     origins         the Origin rule shared by /mcp and the webhook route
@@ -28,5 +29,6 @@ Module map (a request's path through it, top to bottom):
                     plugin (entry points), memory (tests)
     backoff         the one retry rhythm: 1, 2, 5, 10, then every 30 s
     metrics, audit, logs, redaction, errors
+    tracing         OpenTelemetry: the provider when OTEL_EXPORTER_OTLP_ENDPOINT is set, and the spans of a change
     subscribe_cli   `mcpg-subscribe`: a small client that subscribes and prints each notification
 """

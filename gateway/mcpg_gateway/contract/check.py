@@ -4,6 +4,10 @@ before it renders, each naming the field at fault and why.
 `load` parses (YAML, environment, schema: `loading.py`), then `verify` applies the rules that relate entries to
 each other, compiles the CEL (`cel.py`) and, when the caller knows which plugins are installed, checks that a
 plugin provides every `kind` a watch names.
+
+`load_file_without_env` answers the same question where the secrets are not at hand (CI): a placeholder stands in
+for each `${env.NAME}`, and the references come back so the caller can say which variables a real start needs.
+`warnings` names what a gateway would serve differently from what the file says (a poll under the floor).
 """
 
 from __future__ import annotations
@@ -15,7 +19,19 @@ from typing import Any
 from mcpg_gateway.contract import cel, config, loading
 from mcpg_gateway.contract.errors import ConfigError, Problem
 
-__all__ = ["ConfigError", "Problem", "load", "load_file", "problems", "verify"]
+__all__ = [
+    "ConfigError",
+    "EnvUse",
+    "Problem",
+    "load",
+    "load_file",
+    "load_file_without_env",
+    "problems",
+    "verify",
+    "warnings",
+]
+
+EnvUse = loading.EnvUse
 
 
 def problems(
@@ -53,6 +69,35 @@ def load_file(
     unusable_plugins: Sequence[str] = (),
 ) -> config.GatewayConfig:
     return load(loading.read_file(path), environ=environ, plugin_kinds=plugin_kinds, unusable_plugins=unusable_plugins)
+
+
+def load_file_without_env(
+    path: Path,
+    *,
+    plugin_kinds: Collection[str] | None = None,
+    unusable_plugins: Sequence[str] = (),
+) -> tuple[config.GatewayConfig, list[EnvUse]]:
+    """`load_file` with a placeholder for every `${env.NAME}` (set or not): the configuration as checked, and
+    every reference in it. Raises `ConfigError` for every problem that does not depend on a variable's value."""
+    cfg, uses = loading.parse_without_env(loading.read_file(path))
+    verify(cfg, plugin_kinds=plugin_kinds, unusable_plugins=unusable_plugins)
+    return cfg, uses
+
+
+def warnings(cfg: config.GatewayConfig) -> list[Problem]:
+    """What the gateway accepts but serves otherwise than written: a poll interval under the floor is raised to it."""
+    out = []
+    for where, entry in _watched(cfg):
+        strategy = entry.watch.strategy if entry.watch is not None else None
+        if isinstance(strategy, config.PollStrategy | config.SqlPollingStrategy) and (
+            strategy.interval_ms < strategy.effective_interval_ms
+        ):
+            message = (
+                f"{strategy.interval_ms} ms is under the {config.POLL_FLOOR_MS} ms floor; "
+                f"the gateway polls every {strategy.effective_interval_ms} ms"
+            )
+            out.append(Problem(f"{where}.watch.strategy.interval_ms", message))
+    return out
 
 
 def verify(

@@ -7,6 +7,7 @@ test left it down. Such tests are marked `nats_server` (`-m "not nats_server"` l
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -40,3 +41,17 @@ def bus_server(bus_server_process: servers.NatsServer) -> servers.NatsServer:
     if not bus_server_process.process.running:
         bus_server_process.start()
     return bus_server_process
+
+
+@pytest.fixture(autouse=True)
+def _logging_as_it_was() -> Iterator[None]:
+    """Undo `logs.configure` after each test: a test running `mcpg-gateway`'s `main()` installs handlers bound to
+    the stderr pytest captured for it, which is closed once that test ends, and every later log line would then
+    print "--- Logging error ---" into the next test's captured stderr."""
+    loggers = [logging.getLogger(), logging.getLogger("mcpg.audit")]
+    saved = [(lg, lg.handlers[:], lg.level, lg.propagate) for lg in loggers]
+    yield
+    for lg, handlers, level, propagate in saved:
+        lg.handlers[:] = handlers
+        lg.setLevel(level)
+        lg.propagate = propagate

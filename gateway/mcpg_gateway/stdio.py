@@ -1,0 +1,87 @@
+"""`mcpg-gateway --stdio`: one MCP client over stdin and stdout, as desktop clients launch local servers.
+
+The client gets the same handlers as /mcp (`mcp_handlers.build_server`), in both protocol eras: the SDK's
+dual-era loop lets the client's first request choose. There is no bearer token on a pipe: whoever starts the
+process acts as one configured principal, named on the command line or else the anonymous one (`principal_for`).
+It is set in the SDK's auth context for the whole connection, so every handler sees it exactly as it sees an
+HTTP caller (`identity.current()`), and read policies and notification filters apply unchanged.
+
+No HTTP port is served: stdout carries the protocol (logs go to stderr), and webhook-strategy watches, which
+need `POST /webhooks/...`, never fire here. Poll and the event-driven strategies (NATS, PostgreSQL, SQL) do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from mcp.server.auth.middleware.auth_context import auth_context_var
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.stdio import stdio_server
+
+from mcpg_gateway import identity, mcp_handlers
+from mcpg_gateway.contract import config
+from mcpg_gateway.contract.errors import GatewayError
+from mcpg_gateway.gateway import Gateway
+from mcpg_gateway.identity import Principal
+
+logger = logging.getLogger(__name__)
+
+LISTEN_DRAIN_TIMEOUT_S = 2.0
+
+
+class PrincipalError(GatewayError):
+    """No principal for the stdio client: the one named is not configured, or none was named and anonymous
+    access is off. Its message is the whole one-line error."""
+
+
+def principal_for(auth: config.AuthConfig, principal_id: str | None) -> Principal:
+    """The principal a stdio client acts as: `principal_id` if `auth` defines it, else the anonymous principal if
+    enabled; `PrincipalError` naming the choices otherwise. The check is against the configuration, since on a pipe
+    there is no token to check."""
+    known = [p.principal_id for p in auth.principals]
+    choices = ", ".join(known) or "none defined"
+    if principal_id is not None:
+        for p in auth.principals:
+            if p.principal_id == principal_id:
+                return Principal.from_config(p)
+        if auth.anonymous.enabled and auth.anonymous.principal_id == principal_id:
+            return Principal.from_config(auth.anonymous)
+        raise PrincipalError(f"--principal {principal_id!r} is not in gateway.auth.principals ({choices})")
+    if auth.anonymous.enabled:
+        return Principal.from_config(auth.anonymous)
+    raise PrincipalError(
+        f"--stdio acts as one principal: pass --principal NAME ({choices}), or enable gateway.auth.anonymous"
+    )
+
+
+async def serve(gw: Gateway, principal: Principal, stop: asyncio.Event) -> None:
+    """Serve one client on stdin/stdout until it closes stdin or `stop` is set, then shut down gracefully."""
+    server = mcp_handlers.build_server(gw)
+    # Every task the connection starts copies this context: its handlers run as `principal`.
+    auth_context_var.set(AuthenticatedUser(identity.access_token(principal)))
+    await gw.start()
+    try:
+        async with stdio_server() as (read, write):
+            logger.info("gateway serving MCP on stdio as principal %r", principal.principal_id)
+            session = asyncio.create_task(server.run(read, write, server.create_initialization_options()))
+            stopper = asyncio.create_task(stop.wait())
+            await asyncio.wait([session, stopper], return_when=asyncio.FIRST_COMPLETED)
+            stopper.cancel()
+            if session.done():
+                session.result()  # the client closed stdin; or the loop failed, which must show
+            else:
+                await _end(gw, session)
+    finally:
+        await gw.aclose()
+
+
+async def _end(gw: Gateway, session: asyncio.Task[None]) -> None:
+    """Answer the client's listen streams (a deliberate end, not a drop), then close the connection."""
+    gw.subscribers.end_listen_streams()
+    if not await gw.subscribers.wait_listen_streams_ended(LISTEN_DRAIN_TIMEOUT_S):
+        logger.warning("some listen streams did not end in time; closing the connection")
+    session.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await session
