@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import importlib.metadata
 import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -28,17 +29,22 @@ from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 
-from mcpg_gateway import card, catalog, errors, limits
+from mcpg_gateway import card, catalog, errors, limits, tracing
 from mcpg_gateway.contract import uris
 from mcpg_gateway.errors import ReadError, StrategyError
 from mcpg_gateway.gateway import Gateway
 from mcpg_gateway.identity import Principal
-from mcpg_gateway.subscribers import OutboxClosed, Subscriber
+from mcpg_gateway.subscribers import OutboxClosed, Pending, Subscriber
 
 logger = logging.getLogger(__name__)
 
+DISTRIBUTION = "mcpg-watch"
+"""The distribution whose version the server reports (serverInfo, the server card)."""
+
 Ctx = ServerRequestContext[Any, Any]
 _SESSION_KEY = "mcpg.subscriber"
+NOTIFY_SPAN = "mcpg.notify"
+"""One notifications/resources/updated written to one subscriber: a child of the fire that caused it."""
 
 T = TypeVar("T")
 
@@ -56,7 +62,7 @@ def build_server(gw: Gateway) -> WatchServer:
     h = _Handlers(gw)
     return WatchServer(
         "mcpg-gateway",
-        version="0.1.0",
+        version=importlib.metadata.version(DISTRIBUTION),  # the release's, as pyproject.toml states it
         instructions="Subscribe to a resource to be told when it changes; then read it again.",
         on_list_resources=h.list_resources,
         on_list_resource_templates=h.list_templates,
@@ -165,13 +171,15 @@ class _Handlers:
     async def _drain(self, sub: Subscriber, ctx: Ctx, meta: dict[str, Any], rid: types.RequestId) -> None:
         while True:
             try:
-                uri, strategy = await sub.outbox.get()
+                pending = await sub.outbox.take()
             except OutboxClosed:
                 return
+            uri, strategy = pending.uri, pending.strategy
             note = types.ResourceUpdatedNotification(
                 params=types.ResourceUpdatedNotificationParams(uri=uri, _meta={**meta, **self.gw.watch_meta(sub, uri)})
             )
-            await ctx.session.send_notification(note, related_request_id=rid)
+            with tracing.span(NOTIFY_SPAN, _notify_attributes(sub, pending), parent=pending.trace):
+                await ctx.session.send_notification(note, related_request_id=rid)
             self.gw.metrics.notifications_sent.labels(strategy).inc()
 
     def _caller(self) -> Principal:
@@ -260,20 +268,27 @@ class _Handlers:
         timeout = self.gw.options.send_timeout_s
         while True:
             try:
-                uri, strategy = await sub.outbox.get()
+                pending = await sub.outbox.take()
             except OutboxClosed:
                 return
+            uri, strategy = pending.uri, pending.strategy
             note = types.ResourceUpdatedNotification(
                 params=types.ResourceUpdatedNotificationParams(uri=uri, _meta=self.gw.watch_meta(sub, uri))
             )
-            try:
-                async with asyncio.timeout(timeout):
-                    await session.send_notification(note)
-            except TimeoutError:
-                # The GET stream's buffer is full: this client stopped reading. Only it misses out.
-                self.gw.metrics.notifications_dropped.labels(strategy).inc()
-                continue
+            with tracing.span(NOTIFY_SPAN, _notify_attributes(sub, pending), parent=pending.trace) as span:
+                try:
+                    async with asyncio.timeout(timeout):
+                        await session.send_notification(note)
+                except TimeoutError:
+                    # The GET stream's buffer is full: this client stopped reading. Only it misses out.
+                    span.set_attribute(tracing.RESULT, "dropped")
+                    self.gw.metrics.notifications_dropped.labels(strategy).inc()
+                    continue
             self.gw.metrics.notifications_sent.labels(strategy).inc()
+
+
+def _notify_attributes(sub: Subscriber, pending: Pending) -> dict[str, str]:
+    return {tracing.STRATEGY: pending.strategy, tracing.URI: pending.uri, tracing.SUBSCRIBER_KIND: sub.kind}
 
 
 def read_error_code(e: ReadError) -> int:

@@ -18,7 +18,7 @@ from typing import Literal
 
 from prometheus_client import Gauge
 
-from mcpg_gateway import limits
+from mcpg_gateway import limits, tracing
 from mcpg_gateway.endings import Ending
 from mcpg_gateway.identity import Principal
 
@@ -31,28 +31,42 @@ class OutboxClosed(Exception):
     """The subscriber is going away; its drain loop should end."""
 
 
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """A URI to notify, the strategy that fired it, and the fire's trace context (its notify span's parent)."""
+
+    uri: str
+    strategy: str
+    trace: tracing.Parent | None = None
+
+
 class Outbox:
     def __init__(self) -> None:
-        self._pending: dict[str, str] = {}  # uri -> strategy that fired it (insertion-ordered)
+        self._pending: dict[str, Pending] = {}  # insertion-ordered
         self._wake = asyncio.Event()
         self._closed = False
 
-    def offer(self, uri: str, strategy: str) -> bool:
-        """Queue `uri` unless already pending. False once closed."""
+    def offer(self, uri: str, strategy: str, trace: tracing.Parent | None = None) -> bool:
+        """Queue `uri` unless already pending (then the first fire's trace keeps it). False once closed."""
         if self._closed:
             return False
-        self._pending.setdefault(uri, strategy)
+        if uri not in self._pending:
+            self._pending[uri] = Pending(uri, strategy, trace)
         self._wake.set()
         return True
 
     async def get(self) -> tuple[str, str]:
+        pending = await self.take()
+        return pending.uri, pending.strategy
+
+    async def take(self) -> Pending:
+        """The oldest pending URI, waiting for one; `OutboxClosed` once closed and drained."""
         while not self._pending:
             if self._closed:
                 raise OutboxClosed
             self._wake.clear()
             await self._wake.wait()
-        uri = next(iter(self._pending))
-        return uri, self._pending.pop(uri)
+        return self._pending.pop(next(iter(self._pending)))
 
     def close(self) -> None:
         """Stop accepting; `get` drains what is pending, then raises `OutboxClosed`."""

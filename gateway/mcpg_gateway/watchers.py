@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from mcpg_gateway import audit, backoff, catalog, lease, limits
+from mcpg_gateway import audit, backoff, catalog, lease, limits, tracing
 from mcpg_gateway.contract import config
 from mcpg_gateway.endings import Ending
 from mcpg_gateway.errors import StrategyError, WatchGone
@@ -40,6 +40,8 @@ StrategyBuilder = Callable[[catalog.Binding, base.ReadStats], base.WatchStrategy
 OwnedRunner = Callable[[str, str, base.PullStrategy, base.Fire], Awaitable[None]]
 """Runs a pull strategy for every gateway on a bus, while this one owns it (`ownership.Owners.run`):
 `(uri, strategy_type, pull, fire_here)`."""
+FIRE_SPAN = "mcpg.watch.fire"
+POLL_SPAN = "mcpg.watch.poll"
 Audience = Callable[[catalog.Binding, Subscriber], bool]
 """Whether one subscriber of a fired binding is told. Must not raise: it decides for that subscriber only."""
 
@@ -198,17 +200,23 @@ class WatchRegistry:
     async def fire(self, uri: str, strategy: str) -> int:
         """Tell each subscriber of `uri` the audience admits, once. Returns how many were offered the URI."""
         watcher = self._watchers.get(uri)
-        subs = list(watcher.subscribers) if watcher is not None else []
-        told = subs
+        attributes = {tracing.STRATEGY: strategy, tracing.URI: uri}
         if watcher is not None:
-            watcher.last_fired = time.time()
-            told = [s for s in subs if self._audience(watcher.binding, s)]
-        offered = sum(1 for s in told if s.outbox.offer(uri, strategy))
-        self._metrics.fired.labels(strategy).inc()
-        if len(told) < len(subs):
-            self._metrics.notifications_filtered.labels(strategy).inc(len(subs) - len(told))
-        audit.watch_fired(uri, strategy, len(subs))
-        return offered
+            attributes[tracing.WATCH] = watcher.binding.entry.name
+        with tracing.span(FIRE_SPAN, attributes) as span:
+            subs = list(watcher.subscribers) if watcher is not None else []
+            told = subs
+            if watcher is not None:
+                watcher.last_fired = time.time()
+                told = [s for s in subs if self._audience(watcher.binding, s)]
+            parent = tracing.current()  # each notify span, sent later by its subscriber's task, is this one's child
+            offered = sum(1 for s in told if s.outbox.offer(uri, strategy, parent))
+            span.set_attributes({tracing.SUBSCRIBERS: len(subs), tracing.NOTIFIED: offered})
+            self._metrics.fired.labels(strategy).inc()
+            if len(told) < len(subs):
+                self._metrics.notifications_filtered.labels(strategy).inc(len(subs) - len(told))
+            audit.watch_fired(uri, strategy, len(subs))
+            return offered
 
     async def close(self) -> None:
         if self._reaper is not None:
@@ -377,10 +385,19 @@ class WatchRegistry:
             await self._poll(watcher, pull, fire)
 
     async def _poll(self, watcher: Watcher, pull: base.PullStrategy, fire: base.Fire) -> None:
+        attributes = {
+            tracing.STRATEGY: watcher.strategy_type,
+            tracing.URI: watcher.uri,
+            tracing.WATCH: watcher.binding.entry.name,
+        }
         while True:
             await self._wait_cadence(watcher, pull)
-            if await pull.check():
-                await fire()
+            # One trace per poll: its read (the strategy's span), whether it changed, and the fire when it did.
+            with tracing.span(POLL_SPAN, attributes) as span:
+                changed = await pull.check()
+                span.set_attribute(tracing.CHANGED, changed)
+                if changed:
+                    await fire()
 
     async def _wait_cadence(self, watcher: Watcher, pull: base.PullStrategy) -> None:
         """Sleep one interval; a slowed interval is cut short (and restarted at full speed) by a renewal."""

@@ -25,10 +25,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from opentelemetry.trace import Span, SpanKind
 from prometheus_client import Counter
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mcpg_gateway import origins
+from mcpg_gateway import origins, tracing
 from mcpg_gateway.contract import config
 from mcpg_gateway.errors import BusUnavailableError
 from mcpg_gateway.strategies import base
@@ -121,6 +122,11 @@ class WebhookWatch:
 STRATEGY = base.StrategyType("webhook", WebhookWatch)
 
 
+ROUTE = PREFIX + "{token}"
+SPAN = f"POST {ROUTE}"
+"""The webhook span's name, as OpenTelemetry's HTTP conventions name a server span: the method and the route."""
+SPAN_ATTRIBUTES = {"http.request.method": "POST", "http.route": ROUTE, tracing.STRATEGY: "webhook"}
+
 Fire = Callable[[str], Awaitable[None]]
 """Tell the subscribers of a URI that it changed; raises `BusUnavailableError` when that cannot reach them all."""
 
@@ -151,10 +157,19 @@ class WebhookRoute:
         await _respond(send, status, body)
 
     async def _handle(self, scope: Scope, receive: Receive) -> tuple[int, dict[str, Any]]:
+        headers = dict(scope["headers"])  # ASGI gives names lower-cased; the framing was checked in connections.py
+        # The span names the route's template, never the path: the path holds the token.
+        with tracing.span(SPAN, SPAN_ATTRIBUTES, SpanKind.SERVER, tracing.remote_parent(headers)) as span:
+            status, body = await self._answer(scope, headers, receive, span)
+            span.set_attribute("http.response.status_code", status)
+            return status, body
+
+    async def _answer(
+        self, scope: Scope, headers: dict[bytes, bytes], receive: Receive, span: Span
+    ) -> tuple[int, dict[str, Any]]:
         if not origins.allowed(scope["headers"], self.server.allowed_origins):
             self.forbidden.inc()
             return 403, origins.REFUSAL
-        headers = dict(scope["headers"])  # ASGI gives names lower-cased; the framing was checked in connections.py
         if not await _body_within(headers.get(b"content-length"), receive, self.server.max_webhook_body_bytes):
             self.too_large.inc()
             return 413, {"error": "request body too large"}
@@ -162,6 +177,7 @@ class WebhookRoute:
         if route is None:
             self.unknown.inc()
             return 404, {"error": "unknown webhook token"}
+        span.set_attributes({tracing.URI: route.uri, tracing.WATCH: route.name})
         try:
             await self.fire(route.uri)
         except BusUnavailableError as e:

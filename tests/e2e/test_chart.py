@@ -32,6 +32,17 @@ def test_a_typo_in_values_fails_with_a_message_naming_it(control_plane: ControlP
     assert "additional properties 'replica' not allowed" in result.stderr
 
 
+@pytest.mark.parametrize("port", ["httpNodePort", "adminNodePort"])
+def test_a_node_port_with_a_cluster_ip_service_fails_with_a_message_naming_it(
+    control_plane: ControlPlane, port: str
+) -> None:
+    result = helm(control_plane, "template", "t", str(CHART), "--set", f"gateway.service.{port}=30080", check=False)
+    assert result.returncode != 0
+    assert f"at '/gateway/service/{port}': got number, want null" in result.stderr
+    as_node_port = ("--set", "gateway.service.type=NodePort", "--set", f"gateway.service.{port}=30080")
+    assert helm(control_plane, "template", "t", str(CHART), *as_node_port).returncode == 0
+
+
 def test_watching_a_list_of_namespaces_binds_the_role_in_each_and_nowhere_else(control_plane: ControlPlane) -> None:
     out = helm(control_plane, "template", "t", str(CHART), "--set", "watchNamespaces={shop,mail}").stdout
     docs = [d for d in yaml.safe_load_all(out) if d]
@@ -225,3 +236,29 @@ def test_a_bad_bus_value_is_refused_without_echoing_the_url(
     assert result.returncode != 0
     assert message in result.stderr
     assert "hunter2" not in result.stderr
+
+
+def test_the_dashboard_and_the_alerts_render_when_enabled_and_only_then(control_plane: ControlPlane) -> None:
+    values = ["--set", "dashboards.enabled=true", "--set", "prometheusRule.enabled=true"]
+    values += ["--set", "dashboards.namespace=monitoring", "--set", "prometheusRule.labels.release=prom"]
+    out = helm(control_plane, "template", "t", str(CHART), "--namespace", "ops", *values).stdout
+    docs = {d["kind"]: d for d in yaml.safe_load_all(out) if d and d["kind"] in {"ConfigMap", "PrometheusRule"}}
+    dashboard = docs["ConfigMap"]
+    assert dashboard["metadata"]["namespace"] == "monitoring"
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"  # what Grafana's sidecar looks for
+    shipped = json.loads((CHART / "dashboards" / "mcpg.json").read_text())
+    assert json.loads(dashboard["data"]["mcpg.json"]) == shipped
+    rule = docs["PrometheusRule"]
+    assert (rule["metadata"]["namespace"], rule["metadata"]["labels"]["release"]) == ("ops", "prom")
+    alerts = {r["alert"]: r for group in rule["spec"]["groups"] for r in group["rules"]}
+    assert set(alerts) == {"McpgPollFailuresRising", "McpgGatewayUnavailable", "McpgReconcileErrors",
+                           "McpgTokenRotationStuck"}  # fmt: skip
+    for alert in alerts.values():
+        assert {"summary", "description", "runbook"} <= set(alert["annotations"]), alert["alert"]
+    assert alerts["McpgTokenRotationStuck"]["for"] == "30m"
+    # Prometheus' own template syntax survives Helm's: the summary still names the alert's labels.
+    assert "{{ $labels.namespace }}" in alerts["McpgGatewayUnavailable"]["annotations"]["summary"]
+    result = control_plane.kubectl("apply", "--dry-run=client", "-f", "-", stdin=yaml.safe_dump(dashboard), check=False)
+    assert result.returncode == 0, result.stderr
+    default = helm(control_plane, "template", "t", str(CHART)).stdout
+    assert not {"ConfigMap", "PrometheusRule"} & {d["kind"] for d in yaml.safe_load_all(default) if d}

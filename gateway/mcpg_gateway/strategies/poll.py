@@ -16,6 +16,7 @@ import json
 import logging
 from collections.abc import Sequence
 
+from mcpg_gateway import tracing
 from mcpg_gateway.contract import config, pointers
 from mcpg_gateway.errors import ReadError, StrategyError, WatchGone
 from mcpg_gateway.strategies import base
@@ -45,6 +46,7 @@ def digest(body: bytes, ignored: Sequence[pointers.Pointer]) -> bytes:
 
 
 _NEEDS_JSON = "watch.strategy.ignore needs a JSON body to leave its fields out of the hash"
+READ_SPAN = "mcpg.poll.read"
 
 
 class PollWatch:
@@ -83,7 +85,11 @@ class PollWatch:
         return changed
 
     async def _read_digest(self) -> bytes:
-        """Read once and hash; `ReadError` if the read failed or the body cannot be hashed as configured."""
+        """Read once and hash, in a span; `ReadError` if the read failed or the body cannot be hashed as configured."""
+        with tracing.span(READ_SPAN, {tracing.STRATEGY: "poll", tracing.URI: self._ctx.binding.uri}):
+            return await self._hash_read()
+
+    async def _hash_read(self) -> bytes:
         if not self._ignored and self._ctx.digest is not None:
             return await self._ctx.digest()  # hashed as it arrives: a large body is never held whole
         body = await self._ctx.read()
