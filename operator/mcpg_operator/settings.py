@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 from pydantic_core import ErrorDetails
 
 from mcpg_gateway.contract import config
@@ -33,7 +33,7 @@ class GatewayDefaults(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    image: str = "ghcr.io/mcpg/gateway:0.1.0"
+    image: str = "ghcr.io/mcpg/gateway:0.2.0"
     image_pull_policy: str = "IfNotPresent"
     replicas: int = Field(default=1, ge=1)
     resources: dict[str, Any] = Field(
@@ -61,6 +61,16 @@ class GatewayDefaults(BaseModel):
     """`gateway.subscriptions`, from the JSON object `MCPG_GATEWAY_SUBSCRIPTIONS`."""
     server_card: bool | None = None
     """`gateway.server.server_card`, from `MCPG_GATEWAY_SERVER_CARD` (true or false); None: not set."""
+
+    @field_validator("http_node_port", "admin_node_port")
+    @classmethod
+    def _on_a_node_service(cls, port: int | None, info: ValidationInfo) -> int | None:
+        # A ClusterIP Service has no node port: accepting one would silently leave the gateway unreachable there.
+        if port is not None and info.data.get("service_type", "ClusterIP") == "ClusterIP":
+            raise ValueError(
+                "a node port needs MCPG_GATEWAY_SERVICE_TYPE NodePort or LoadBalancer; the Service is a ClusterIP"
+            )
+        return port
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,7 +215,7 @@ def _gateway_message(field: str, err: ErrorDetails) -> str:
     info = GatewayDefaults.model_fields.get(field)
     model = info.annotation if info is not None else None
     if not (isinstance(model, type) and issubclass(model, BaseModel)):
-        return err["msg"]
+        return err["msg"].removeprefix("Value error, ")  # a validator's own sentence
     if err["type"] == "model_type":  # pydantic names the class, which nobody setting the variable knows
         return f"must be a JSON object, got {json.dumps(err['input'], default=repr)[:80]}"
     if err["type"] == "extra_forbidden":  # most likely a typo: say what is spelled right

@@ -300,3 +300,14 @@ def test_the_charts_server_card_default_is_the_gateways() -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())["gateway"]
     assert (values["limits"], values["subscriptions"]) == ({}, {})  # nothing set: nothing rendered
     assert values["serverCard"] is config.ServerConfig().server_card
+
+
+@pytest.mark.parametrize("port_var", ["MCPG_GATEWAY_HTTP_NODE_PORT", "MCPG_GATEWAY_ADMIN_NODE_PORT"])
+def test_a_node_port_on_a_cluster_ip_service_is_refused_naming_the_variable(port_var: str) -> None:
+    with pytest.raises(settings.SettingsError) as raised:
+        settings.load({**POD, port_var: "30080"})
+    assert str(raised.value) == (
+        f"{port_var}: a node port needs MCPG_GATEWAY_SERVICE_TYPE NodePort or LoadBalancer; the Service is a ClusterIP"
+    )
+    loaded = settings.load({**POD, port_var: "30080", "MCPG_GATEWAY_SERVICE_TYPE": "NodePort"})
+    assert 30080 in (loaded.gateway.http_node_port, loaded.gateway.admin_node_port)
