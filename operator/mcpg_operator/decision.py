@@ -38,6 +38,7 @@ from mcpg_operator import (
     statuses,
     tokens,
 )
+from mcpg_operator import conditions as c
 from mcpg_operator import writes as w
 from mcpg_operator.models import GROUP
 from mcpg_operator.settings import GatewayDefaults
@@ -460,7 +461,10 @@ def failed(snap: observed.Snapshot, decided: Decision, failure: w.Failure, now: 
         posts = [e for e in decided.events if e.about == about]
         if statuses.depends_on_gateway(status):
             status = statuses.apply_failed(status, failure, about.generation, now)
-            posts = events.apply_failed(about, failure.message)
+            # Of this pass's Events, only what no failed write can undo still holds: no principal can use the
+            # gateway (its condition is in the status written now, so a later pass would not post it again).
+            kept = [e for e in posts if e.reason == c.NO_PRINCIPALS]
+            posts = [*kept, *events.apply_failed(about, failure.message)]
         if statuses.changed(before, status):
             out.append(w.MergePatchStatus(ref, status))
             out += [w.PostEvent(events.body(snap.namespace, e, now)) for e in posts]

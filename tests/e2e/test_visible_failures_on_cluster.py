@@ -3,7 +3,8 @@
 An admission policy (a ValidatingAdmissionPolicy: CEL run by the API server itself, as a platform team's policy
 would be) refuses the namespace's gateway Service. Every ResourceWatch of the namespace must then say so in
 `kubectl get` (READY False, REASON ApplyFailed, the API server's message) and in `kubectl describe` (a Warning
-Event), be Stalled, and recover by itself once the policy is lifted.
+Event), be Stalled, and recover by itself once the policy is lifted; served then, each says that no MCP client
+can use the gateway of a namespace without an `mcpg-gateway-auth` Secret.
 """
 
 from __future__ import annotations
@@ -125,5 +126,11 @@ def test_an_admission_refusal_of_the_gateway_reaches_every_watch_and_clears_once
     assert _condition(rw, "Ready")["status"] == "True"
     assert "Stalled" not in {c["type"] for c in rw["status"]["conditions"]}
     assert rw["status"]["gateway"]["url"] == f"http://mcpg-gateway.{namespace}.svc:8080/mcp"
+    # This namespace has no mcpg-gateway-auth Secret: served, and saying that no MCP client can use it.
+    assert _condition(rw, "ClientsAuthorized")["status"] == "False"
+    said = _condition(rw, "Ready")["message"]
+    assert "but no principal can use this gateway: create Secret mcpg-gateway-auth" in said
+    warned = _get(control_plane, namespace, "events", "--field-selector", "reason=NoPrincipals")["items"]
+    assert sorted(e["involvedObject"]["name"] for e in warned) == ["first", "second"]
     served = _get(control_plane, namespace, "events", "--field-selector", "reason=Served")["items"]
     assert sorted(e["involvedObject"]["name"] for e in served) == ["first", "second"]

@@ -8,11 +8,11 @@ from typing import Any
 
 import jsonschema
 import pytest
-import yaml
 
 from mcpg_operator import gateway_settings, objects, observed
 from mcpg_operator.gateway_settings import McpGatewaySpec, Shape, shape
 from mcpg_operator.settings import BusSettings, GatewayDefaults
+from mcpg_testing.manifests import crd, crd_schema
 
 ROOT = Path(__file__).parents[3]
 CRD = ROOT / "crds" / "mcpgateways.mcpg.dev.yaml"
@@ -208,27 +208,13 @@ def test_an_annotation_dropped_from_the_spec_is_a_difference_and_none_at_all_is_
 # --- the CRD and the model agree ----------------------------------------------------------------------------
 
 
-def crd() -> dict[str, Any]:
-    loaded: dict[str, Any] = yaml.safe_load(CRD.read_text())
-    return loaded
-
-
-def _plain(schema: Any) -> Any:
-    """The schema without the x-kubernetes-* extensions (the API server checks those: tests/e2e)."""
-    if isinstance(schema, dict):
-        return {k: _plain(v) for k, v in schema.items() if not k.startswith("x-kubernetes")}
-    if isinstance(schema, list):
-        return [_plain(v) for v in schema]
-    return schema
-
-
 # That the CRD and the models name the same fields, each described, is `hack/reference.py`'s check for every CRD
 # (tests/unit/operator/test_reference.py).
 
 
 def test_the_crd_is_the_chart_copy_and_is_namespaced_with_its_names_and_columns() -> None:
     assert (ROOT / "charts" / "mcpg" / "crds" / CRD.name).read_text() == CRD.read_text()
-    spec = crd()["spec"]
+    spec = crd("McpGateway")["spec"]
     names = spec["names"]
     assert (spec["group"], spec["scope"], names["kind"], names["plural"], names["singular"]) == (
         "mcpg.dev",
@@ -253,5 +239,5 @@ def test_a_full_spec_passes_both_the_crd_schema_and_the_model() -> None:
         "networkPolicy": {"enabled": True, "ingressFrom": [{"namespaceSelector": {"matchLabels": {"a": "b"}}}]},
     }
     doc = {"apiVersion": "mcpg.dev/v1alpha1", "kind": "McpGateway", "metadata": {"name": "mcpg-gateway"}, "spec": spec}
-    jsonschema.validate(doc, _plain(crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]))
+    jsonschema.validate(doc, crd_schema("McpGateway"))
     McpGatewaySpec.model_validate(spec)

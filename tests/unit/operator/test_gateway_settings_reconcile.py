@@ -3,13 +3,9 @@ gateway's objects, its status says so, and deleting it returns the namespace to 
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
-import kopf
-from kopf._core.intents import causes
-
-from mcpg_operator import handlers, objects, reconcile
+from mcpg_operator import reconcile
 from mcpg_operator.settings import BusSettings, GatewayDefaults
 from mcpg_testing.fake_kube import FakeKube
 from mcpg_testing.namespace import NS, Clock, resourcewatch
@@ -148,24 +144,3 @@ async def test_without_a_resourcewatch_the_mcpgateway_says_no_gateway_runs(kube:
     assert ready(kube)[:2] == ("False", "NoGateway")
     assert kube.deployment(NS) is None
     assert PDB not in kube.objects
-
-
-def test_an_mcpgateway_event_requests_its_namespaces_reconcile() -> None:
-    resource = kopf.Resource(group="mcpg.dev", version="v1alpha1", plural="mcpgateways", namespaced=True)
-    raw: kopf.RawBody = {
-        "apiVersion": "mcpg.dev/v1alpha1",
-        "kind": "McpGateway",
-        "metadata": {"name": "mcpg-gateway", "namespace": NS, "uid": "u"},
-    }
-    cause = causes.detect_watching_cause(
-        raw_event={"type": "DELETED", "object": raw},
-        resource=resource,
-        indices={},
-        logger=logging.getLogger(__name__),
-        patch=kopf.Patch(),
-        body=kopf.Body(raw),
-        memo=kopf.Memo(),
-    )
-    matched = kopf.get_default_registry()._watching.get_handlers(cause=cause)
-    assert [h.fn for h in matched] == [handlers.mcpgateway_event]
-    assert objects.NAME == "mcpg-gateway"  # the one name an McpGateway may have is the Deployment it shapes

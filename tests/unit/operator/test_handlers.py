@@ -1,4 +1,4 @@
-"""The kopf wiring, asked of kopf itself: which Secret events reach `secret_event`.
+"""The kopf wiring, asked of kopf itself: which Secret events reach `secret_event`, and what an McpGateway's reaches.
 
 The question is put to the same registry call kopf's reactor makes for every watch event
 (`registry._watching.get_handlers(cause=...)` in `kopf._core.reactor.processing.process_watching_cause`), with a
@@ -11,6 +11,7 @@ test fails loudly at import or attribute access rather than passing silently.
 from __future__ import annotations
 
 import logging
+from typing import Literal
 
 import kopf
 import pytest
@@ -30,19 +31,35 @@ def secret(labels: dict[str, str]) -> kopf.RawBody:
     }
 
 
-def reaches_secret_event(raw: kopf.RawBody) -> bool:
-    """Whether kopf would invoke `handlers.secret_event` for a MODIFIED event of this Secret."""
+def handlers_for(
+    resource: kopf.Resource, raw: kopf.RawBody, event: Literal["MODIFIED", "DELETED"] = "MODIFIED"
+) -> list[object]:
+    """The handler functions kopf would invoke for `event` of this object of `resource`."""
     cause = causes.detect_watching_cause(
-        raw_event={"type": "MODIFIED", "object": raw},
-        resource=SECRETS,
+        raw_event={"type": event, "object": raw},
+        resource=resource,
         indices={},
         logger=logging.getLogger(__name__),
         patch=kopf.Patch(),
         body=kopf.Body(raw),
         memo=kopf.Memo(),
     )
-    matched = kopf.get_default_registry()._watching.get_handlers(cause=cause)
-    return any(h.fn is handlers.secret_event for h in matched)
+    return [h.fn for h in kopf.get_default_registry()._watching.get_handlers(cause=cause)]
+
+
+def reaches_secret_event(raw: kopf.RawBody) -> bool:
+    """Whether kopf would invoke `handlers.secret_event` for a MODIFIED event of this Secret."""
+    return handlers.secret_event in handlers_for(SECRETS, raw)
+
+
+def test_an_mcpgateway_event_requests_its_namespaces_reconcile() -> None:
+    resource = kopf.Resource(group="mcpg.dev", version="v1alpha1", plural="mcpgateways", namespaced=True)
+    raw: kopf.RawBody = {
+        "apiVersion": "mcpg.dev/v1alpha1",
+        "kind": "McpGateway",
+        "metadata": {"name": "mcpg-gateway", "namespace": "ns", "uid": "u"},
+    }
+    assert handlers_for(resource, raw, "DELETED") == [handlers.mcpgateway_event]
 
 
 @pytest.mark.parametrize(

@@ -11,11 +11,11 @@ from typing import Any, get_args
 
 import jsonschema
 import pytest
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from mcpg_operator import metrics, models, observed, render, statuses, tokens
 from mcpg_operator.rotation import Retiring, TokenState
+from mcpg_testing.manifests import crd
 
 ROOT = Path(__file__).parents[3]
 NOW = 1_000.0
@@ -24,12 +24,8 @@ NO_CLIENTS = statuses.Gateway("shop", clients_problem="no principal may use the 
 
 
 def status_schema(kind: str) -> dict[str, Any]:
-    for path in (ROOT / "crds").glob("*.yaml"):
-        crd = yaml.safe_load(path.read_text())
-        if crd["spec"]["names"]["kind"] == kind:
-            schema: dict[str, Any] = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
-            return schema
-    raise AssertionError(kind)
+    schema: dict[str, Any] = crd(kind)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+    return schema
 
 
 def as_written(status: dict[str, Any]) -> dict[str, Any]:

@@ -211,3 +211,18 @@ async def test_the_namespaces_mcpgateway_reports_the_failure_too(namespace: Fake
         await run(kube, clock)
     assert ready(kube, "mcpgateways", "mcpg-gateway") == ("False", "ApplyFailed")
     assert condition(kube, "mcpgateways", "mcpg-gateway", "Stalled") == ("True", "ApplyFailed")
+
+
+async def test_a_first_pass_that_fails_still_warns_that_no_principal_can_use_the_gateway(
+    kube: FakeKube, clock: Clock
+) -> None:
+    # The condition is written with the failure; were its Event dropped, no later pass would post it.
+    kube.put(resourcewatch("polled", token=None))
+    kube.refuse(SERVICE, Refused(422, "Invalid", PORT_TAKEN))
+    with pytest.raises(write.ApplyFailed):
+        await run(kube, clock)
+    assert condition(kube, "resourcewatches", "polled", "ClientsAuthorized") == ("False", "NoPrincipals")
+    assert sorted(event_reasons(kube.writes)) == ["ApplyFailed", "NoPrincipals"]
+    kube.allow(SERVICE)
+    await settle(kube, clock)
+    assert sorted(event_reasons(kube.writes)) == ["ApplyFailed", "NoPrincipals", "Served"]
