@@ -24,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from mcpg_gateway import liveness
 from mcpg_gateway.contract.errors import ConfigError, Problem
 from mcpg_gateway.gateway import Gateway
 
@@ -117,11 +118,24 @@ def _watches(gw: Gateway) -> dict[str, Any]:
                 "last_successful_read": _iso(w.stats.last_success),
                 "last_failed_read": _iso(w.stats.last_failure),
                 "failed_reads": w.stats.failures,
+                "source": _source(w.stats.connection),
                 "owner": gw.owner_of(w.uri),
                 "rate_limited_until": _from_now(gw.http_reader().paused_for(w.binding)),
             }
         )
     return {"watches": out}
+
+
+def _source(conn: liveness.Connection) -> dict[str, Any] | None:
+    """The watch's connection to its event source (`liveness.py`); None for a watch that holds none."""
+    if not conn.held:
+        return None
+    return {
+        "state": "up" if conn.up else "down",
+        "last_round_trip": _iso(conn.last_round_trip),
+        "down_since": _iso(conn.down_since),
+        "losses": conn.losses,
+    }
 
 
 def _ms(seconds: float | None) -> int | None:
@@ -153,6 +167,7 @@ def _bus(gw: Gateway) -> dict[str, Any]:
             "address": b.where,
             "instance": b.instance,
             "connected": b.connected,
+            "losses": b.outages,
             "buckets_ready": b.buckets is not None,
             "buckets_error": b.buckets_error,
             "ready": not b.unready(),

@@ -31,7 +31,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from prometheus_client import CollectorRegistry
 
-from mcpg_gateway import backoff, buckets, metrics, redaction
+from mcpg_gateway import backoff, buckets, liveness, metrics, redaction
 from mcpg_gateway.contract import config
 from mcpg_gateway.errors import BusUnavailableError
 
@@ -97,8 +97,16 @@ class Health:
 class Bus:
     """This process's connection to the bus: publish fires, receive the others', know whether it is reachable."""
 
-    def __init__(self, cfg: config.BusConfig, instance: str, registry: CollectorRegistry, grace_s: float) -> None:
+    def __init__(
+        self,
+        cfg: config.BusConfig,
+        instance: str,
+        registry: CollectorRegistry,
+        grace_s: float,
+        rules: liveness.Rules | None = None,
+    ) -> None:
         self.cfg, self.instance = cfg, instance
+        self.rules = rules or liveness.Rules()
         self.where = address(cfg.url)
         self.metrics = metrics.BusMetrics(registry)
         self.health = Health(grace_s, time.monotonic())
@@ -112,6 +120,8 @@ class Bus:
         self._up = False
         self._losses = 0
         """Connections lost so far: a publish awaiting its confirmation notices its connection went."""
+        self.outages = 0
+        """Connections lost while up (the `mcpg_bus_connection_losses_total` metric), for the admin API."""
         self._quiet = False  # connection errors are logged once per outage, then at debug (no log storms)
         self._malformed_logged_at = -MALFORMED_LOG_EVERY_S
         self._closed = False
@@ -245,6 +255,7 @@ class Bus:
             "max_reconnect_attempts": -1,
             "reconnect_time_wait": RECONNECT_WAIT_S,
             "connect_timeout": CONNECT_TIMEOUT_S,
+            **self.rules.nats_options(),  # a connection that stops answering is dropped and reopened in bound
             "error_cb": self._on_error,
             "disconnected_cb": self._on_disconnected,
             "reconnected_cb": self._on_reconnected,
@@ -268,6 +279,8 @@ class Bus:
         self._up, self._quiet = False, True
         self.health.down(time.monotonic())
         self.metrics.connected.set(0)
+        self.outages += 1
+        self.metrics.losses.inc()
         logger.warning("lost the bus at %s; reconnecting (webhooks answer 503 meanwhile)", self.where)
         await self._notify()
 

@@ -22,6 +22,7 @@ from mcpg_gateway import (
     identity,
     lease,
     limits,
+    liveness,
     ownership,
     policy,
     reader,
@@ -65,8 +66,14 @@ class Gateway:
         self._policies = policy.Policies(expressions, self.metrics.policy_errors)
         self._reader = reader.HttpReader(self.options.clock, self.metrics, cfg.gateway.limits.upstream_connections)
         self._shared = registry.open_shared(cfg)
+        self.liveness = liveness.Rules.from_config(cfg.gateway.liveness)
         build = watchers.build_with(
-            registry.build, self._read_bytes, self.options.clock, self._shared, digest=self._reader.digest
+            registry.build,
+            self._read_bytes,
+            self.options.clock,
+            self._shared,
+            digest=self._reader.digest,
+            rules=self.liveness,
         )
         self.bus = self._bus(cfg.gateway.bus)
         self.owners = ownership.Owners(self.bus, self.options.clock) if self.bus is not None else None
@@ -88,7 +95,7 @@ class Gateway:
         if cfg is None:
             return None
         instance = bus.instance_name(cfg, os.environ)
-        return bus.Bus(cfg, instance, self.metrics.registry, self.options.bus_grace_s)
+        return bus.Bus(cfg, instance, self.metrics.registry, self.options.bus_grace_s, self.liveness)
 
     async def start(self) -> None:
         """Connect to the bus, if there is one: waits a bounded time, then serves anyway (and keeps trying)."""

@@ -25,6 +25,18 @@ class Metrics:
         self.poll_failures = Counter(
             "mcpg_watch_poll_failures_total", "Reads that failed and were skipped", ["strategy"], registry=r
         )
+        self.source_losses = Counter(
+            "mcpg_watch_source_losses_total",
+            "Watches that lost their event source's connection, by cause: closed, or unresponsive (a liveness "
+            "round trip went unanswered); counted once per outage and watch",
+            ["strategy", "cause"],
+            registry=r,
+        )
+        self.sources_down = Gauge(
+            "mcpg_watch_sources_down",
+            "Watches whose event-source connection is down now (being reopened)",
+            registry=r,
+        )
         self.strategy_restarts = Counter(
             "mcpg_watch_strategy_restarts_total",
             "Strategy runs that crashed and were restarted",
@@ -132,6 +144,11 @@ class BusMetrics:
     def __init__(self, r: CollectorRegistry) -> None:
         self.connected = Gauge("mcpg_bus_connected", "1 while connected to the bus", registry=r)
         self.reconnects = Counter("mcpg_bus_reconnects_total", "Connections to the bus regained", registry=r)
+        self.losses = Counter(
+            "mcpg_bus_connection_losses_total",
+            "Connections to the bus lost: closed, or dropped after a PING went unanswered (`gateway.liveness`)",
+            registry=r,
+        )
         self.buckets_ready = Gauge(
             "mcpg_bus_buckets_ready", "1 once the owners and state key-value buckets are open", registry=r
         )

@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from mcpg_gateway import audit, backoff, catalog, lease, limits, tracing
+from mcpg_gateway import audit, backoff, catalog, lease, limits, liveness, tracing
 from mcpg_gateway.contract import config
 from mcpg_gateway.endings import Ending
 from mcpg_gateway.errors import StrategyError, WatchGone
@@ -111,6 +111,7 @@ class WatchRegistry:
         self.terms = terms if owned is None else dataclasses.replace(terms, slows=False)
         self.holdings = limits.Watches(limits_cfg or config.LimitsConfig())
         self._watchers: dict[str, Watcher] = {}
+        metrics.sources_down.set_function(self.sources_down)
         self._stopping: set[asyncio.Task[None]] = set()
         self._lifetimes: collections.deque[_Lifetime] = collections.deque()
         self._subscriptions = 0
@@ -306,11 +307,16 @@ class WatchRegistry:
                 if entry.live:
                     self.end(entry.sub, entry.uri, Ending("lifetime_reached"))
 
+    def sources_down(self) -> int:
+        """Running watches whose event-source connection is down now (the `mcpg_watch_sources_down` gauge)."""
+        return sum(1 for w in self._watchers.values() if w.stats.connection.down)
+
     # --- running a watcher -----------------------------------------------------------------------------
 
     def _start(self, binding: catalog.Binding) -> Watcher:
         kind = strategy_type(binding)
         stats = base.ReadStats(on_failure=self._metrics.poll_failures.labels(kind).inc)
+        stats.connection.on_loss = lambda cause: self._metrics.source_losses.labels(kind, cause).inc()
         loop = asyncio.get_running_loop()
         watcher = Watcher(binding, kind, self._build(binding, stats), stats, loop.create_future())
         # Every waiter may be cancelled before reading the outcome; never let it be reported as unretrieved.
@@ -429,15 +435,18 @@ def build_with(
     clock: base.Clock,
     shared: Mapping[str, base.SharedClient] | None = None,
     digest: Callable[[catalog.Binding], Awaitable[bytes]] | None = None,
+    rules: liveness.Rules | None = None,
 ) -> StrategyBuilder:
     """A `StrategyBuilder`: each watch gets its binding's reader (and streaming digest, if there is one), the
-    clock, and its type's shared client."""
+    clock, its type's shared client and the liveness rules."""
+    rules = rules or liveness.Rules()
 
     def builder(binding: catalog.Binding, stats: base.ReadStats) -> base.WatchStrategy:
         assert binding.watch is not None, "only watched bindings get a watcher"
         spec = binding.watch.strategy
         hashed = None if digest is None else lambda: digest(binding)
-        ctx = base.WatchContext(binding, lambda: read(binding), stats, clock, (shared or {}).get(spec.type), hashed)
+        client = (shared or {}).get(spec.type)
+        ctx = base.WatchContext(binding, lambda: read(binding), stats, clock, client, hashed, rules)
         return build(spec, ctx)
 
     return builder

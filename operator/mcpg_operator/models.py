@@ -211,6 +211,12 @@ class SqlPollingSpec(_Spec):
         examples=["select max(updated_at) from reports"],
     )
     interval_ms: int = Field(default=60_000, gt=0, description=described_as(config.SqlPollingStrategy, "interval_ms"))
+    timeout_ms: int = Field(
+        default=30_000,
+        gt=0,
+        le=300_000,
+        description=described_as(config.SqlPollingStrategy, "timeout_ms", then="In milliseconds."),
+    )
 
 
 class PluginSpec(_Spec):

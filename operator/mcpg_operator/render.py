@@ -409,7 +409,13 @@ def _strategy(watch: models.WatchSpec, tokens: TokenStates, secrets: SecretData)
     if watch.sql_polling is not None:
         sql = watch.sql_polling
         url = _secret(secrets, sql.url_secret_ref)
-        return {"type": "sql_polling", "url": url, "query": sql.query, "interval_ms": sql.interval_ms}
+        return {
+            "type": "sql_polling",
+            "url": url,
+            "query": sql.query,
+            "interval_ms": sql.interval_ms,
+            "timeout_ms": sql.timeout_ms,
+        }
     if watch.plugin is not None:
         return {**watch.plugin.config, "type": "plugin", "kind": watch.plugin.kind}
     poll = watch.poll or models.PollSpec()

@@ -182,6 +182,9 @@ class SqlPollingStrategy(_Model):
     reports`."""
     interval_ms: int = Field(default=POLL_DEFAULT_MS, gt=0)
     """Milliseconds between two runs of the query; 60000 (one minute) by default, and never less than 10000."""
+    timeout_ms: int = Field(default=30_000, gt=0, le=300_000)
+    """How long one run of the query may take. A run that takes longer is abandoned and its connection closed, as
+    a server that stops answering looks exactly like that; the next run opens a new one."""
 
     @property
     def effective_interval_ms(self) -> int:
@@ -520,6 +523,19 @@ class NatsConfig(_Model):
     """Default server for nats_topic watches that name none."""
 
 
+class LivenessConfig(_Model):
+    """How the gateway tells a dead connection from a quiet one (`liveness.py`): a connection that stopped without
+    closing (a partition, an idle timeout in between, a frozen server) is noticed within a bound and then handled
+    as a closed one. The LISTEN connections of postgres_listen_notify make a round trip every `interval_s`, which
+    must answer within `timeout_s`; the NATS connections (nats_topic and the bus) send a PING every `interval_s`,
+    and one still unanswered at the next is a dead connection."""
+
+    interval_s: float = Field(default=10.0, ge=0.5, le=300)
+    """Seconds between two round trips on an idle event-source connection."""
+    timeout_s: float = Field(default=5.0, gt=0, le=60)
+    """Seconds a round trip on a PostgreSQL LISTEN connection may take before the connection counts as dead."""
+
+
 class BusConfig(_Model):
     """Scale-out: every gateway process of one deployment shares this NATS server (JetStream on). `bus.py` uses it.
 
@@ -641,6 +657,8 @@ class GatewaySection(_Model):
     """How much one caller, and all callers, may hold."""
     subscriptions: SubscriptionsConfig = Field(default_factory=SubscriptionsConfig)
     """A subscription's lease and lifetime."""
+    liveness: LivenessConfig = Field(default_factory=LivenessConfig)
+    """How soon a connection to an event source (or the bus) that stopped answering is noticed."""
 
 
 class GatewayConfig(_Model):

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from mcpg_gateway import catalog
+from mcpg_gateway import catalog, liveness
 from mcpg_gateway.contract import config
 
 Fire = Callable[[], Awaitable[None]]
@@ -118,6 +118,8 @@ class ReadStats:
     last_failure: float | None = None
     failures: int = 0
     on_failure: Callable[[], None] = field(default=lambda: None)
+    connection: liveness.Connection = field(default_factory=liveness.Connection)
+    """The watch's long-lived connection to its source, for strategies that hold one (they keep it current)."""
 
     def succeeded(self) -> None:
         self.last_success = time.time()
@@ -141,6 +143,9 @@ class WatchContext:
     digest: Callable[[], Awaitable[bytes]] | None = None
     """The SHA-256 of what `read` returns, hashed as the body arrives so it is never held whole (a poll of a large
     resource); None where the binding's reads cannot stream (a test's fake): hash what `read` returns then."""
+    liveness: liveness.Rules = field(default_factory=liveness.Rules)
+    """How often a long-lived connection proves it is alive, and how long a round trip may take
+    (`gateway.liveness`). A plugin that holds a connection should follow it too."""
 
 
 StrategyFactory = Callable[[Any, WatchContext], WatchStrategy]

@@ -5,6 +5,10 @@ by the first watch that needs it and closed by `Gateway.aclose`; each watch adds
 removes it when the watcher stops. nats-py's own reconnect is off, because it sleeps on the real clock and
 would replay subscriptions behind our back: when the server goes away, every watch on that connection
 reconnects through `reconnect` (the first to get there opens the new connection) and fires once.
+
+Each connection proves it is alive every `liveness.interval_s` with a flush (a PING the server must answer
+within `liveness.timeout_s`); one that does not answer is closed, which every watch on it sees as a lost
+connection (`liveness.py`). The same round trips are each watch's `last_round_trip` in the admin API.
 """
 
 from __future__ import annotations
@@ -13,13 +17,14 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 import nats.errors
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from mcpg_gateway import redaction
+from mcpg_gateway import liveness, redaction
 from mcpg_gateway.contract import config
 from mcpg_gateway.errors import StrategyError
 from mcpg_gateway.strategies import base, reconnect
@@ -34,24 +39,34 @@ _NATS_ERRORS = (nats.errors.Error, OSError, TimeoutError)
 _QUIET_ERRORS = (OSError, TimeoutError, nats.errors.StaleConnectionError, nats.errors.NoServersError)
 """Connection failures nats-py also reports through `error_cb`; the watch logs those itself."""
 
-LostListener = Callable[[NatsClient], None]
+
+class LinkListener(Protocol):
+    """A watch on a link, told what becomes of the link's connection."""
+
+    def connection_lost(self, nc: NatsClient, cause: liveness.Cause) -> None:
+        """`nc` closed on its own, or stopped answering and was closed."""
+
+    def round_trip(self, nc: NatsClient) -> None:
+        """`nc` answered a liveness round trip."""
 
 
 class NatsConnections:
     """The gateway's NATS clients: one per distinct server URL, connected on first use, closed with the gateway."""
 
-    def __init__(self, default_url: str | None) -> None:
+    def __init__(self, default_url: str | None, rules: liveness.Rules | None = None) -> None:
         self.default_url = default_url
+        self.rules = rules or liveness.Rules()
         self._links: dict[str, NatsLink] = {}
 
     @classmethod
     def for_gateway(cls, cfg: config.GatewayConfig) -> NatsConnections:
         default = cfg.gateway.nats.url
-        return cls(default.get_secret_value() if default is not None else None)
+        rules = liveness.Rules.from_config(cfg.gateway.liveness)
+        return cls(default.get_secret_value() if default is not None else None, rules)
 
     def link(self, url: str) -> NatsLink:
         if url not in self._links:
-            self._links[url] = NatsLink(url)
+            self._links[url] = NatsLink(url, self.rules)
         return self._links[url]
 
     async def close(self) -> None:
@@ -63,12 +78,16 @@ class NatsConnections:
 class NatsLink:
     """One server URL's connection. Reconnecting is driven by the watches, so it happens on their clock."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, rules: liveness.Rules | None = None) -> None:
         self.url = url
         self.where = redaction.redact_url(url)
-        self.listeners: set[LostListener] = set()
-        """Told (with the dead client) whenever a connection closes on its own."""
+        self.rules = rules or liveness.Rules()
+        self.listeners: set[LinkListener] = set()
+        """Told (with the dead client) whenever a connection closes on its own, and of every round trip."""
         self._nc: NatsClient | None = None
+        self._unresponsive: NatsClient | None = None
+        """The client the probe gave up on: its close is reported as `unresponsive`, not `closed`."""
+        self._prober: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
         self._closed = False
 
@@ -98,6 +117,9 @@ class NatsLink:
 
     async def close(self) -> None:
         self._closed = True
+        if self._prober is not None:
+            self._prober.cancel()
+            await asyncio.gather(self._prober, return_exceptions=True)
         nc, self._nc = self._nc, None
         if nc is not None:
             await close_quietly(nc)
@@ -110,7 +132,34 @@ class NatsLink:
                 if self._nc is not None:
                     await close_quietly(self._nc)
                 self._nc = await self._connect()
+                self._prober = asyncio.get_running_loop().create_task(
+                    self._probe(self._nc), name=f"probe NATS {self.where}"
+                )
             return self._nc
+
+    async def _probe(self, nc: NatsClient) -> None:
+        """While `nc` is this link's connection: a flush (PING, PONG) every interval; one that is late or fails
+        closes it, so every watch on it reconnects."""
+        rules = self.rules
+        while True:
+            await rules.sleep(rules.interval_s)
+            if nc is not self._nc or nc.is_closed:
+                return
+            try:
+                await nc.flush(timeout=rules.timeout_s)  # type: ignore[arg-type]  # annotated int; a float works
+            except _NATS_ERRORS as e:
+                if nc is self._nc:
+                    logger.warning(
+                        "NATS %s: no answer to a round trip within %g s (%s); closing the connection",
+                        self.where,
+                        rules.timeout_s,
+                        self._describe(e),
+                    )
+                    self._unresponsive = nc
+                    await close_quietly(nc)
+                return
+            for listener in list(self.listeners):
+                listener.round_trip(nc)
 
     async def _connect(self) -> NatsClient:
         nc = NatsClient()
@@ -146,10 +195,12 @@ class NatsLink:
     def _on_closed(self, nc: NatsClient) -> None:
         if self._nc is nc:
             self._nc = None
+        cause: liveness.Cause = "unresponsive" if self._unresponsive is nc else "closed"
         if not self._closed:
-            logger.warning("the connection to NATS at %s closed", self.where)
+            if cause == "closed":
+                logger.warning("the connection to NATS at %s closed", self.where)
             for listener in list(self.listeners):
-                listener(nc)
+                listener.connection_lost(nc, cause)
 
     def _describe(self, error: BaseException) -> str:
         # Errors are re-raised `from None` with this text: a chained cause could quote the URL unscrubbed.
@@ -183,16 +234,17 @@ class NatsTopicWatch:
     async def start(self) -> None:
         self._link = self._resolve_link()
         self._what = f"watch {self._ctx.binding.uri} (nats_topic {self._subject!r} on {self._link.where})"
-        self._link.listeners.add(self._on_lost)
+        self._link.listeners.add(self)
         await self._subscribe()
         self._ctx.stats.succeeded()
+        self._ctx.stats.connection.round_trip()
 
     async def run(self, fire: base.Fire) -> None:
         await reconnect.run(self._signal, self._subscribe, fire, self._ctx, self._what)
 
     async def close(self) -> None:
         if self._link is not None:
-            self._link.listeners.discard(self._on_lost)
+            self._link.listeners.discard(self)
         sub, self._sub = self._sub, None
         if sub is not None:
             await unsubscribe(sub)
@@ -213,9 +265,14 @@ class NatsTopicWatch:
     async def _on_message(self, msg: Msg) -> None:
         self._signal.changed()
 
-    def _on_lost(self, nc: NatsClient) -> None:
+    def connection_lost(self, nc: NatsClient, cause: liveness.Cause) -> None:
         if nc is self._nc:
+            self._ctx.stats.connection.lost(cause)
             self._signal.connection_lost()
+
+    def round_trip(self, nc: NatsClient) -> None:
+        if nc is self._nc:
+            self._ctx.stats.connection.round_trip()
 
 
 STRATEGY = base.StrategyType("nats_topic", NatsTopicWatch, shared=NatsConnections.for_gateway)

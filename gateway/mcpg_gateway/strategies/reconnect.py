@@ -67,5 +67,6 @@ async def reconnect(connect: Callable[[], Awaitable[None]], ctx: base.WatchConte
             await ctx.clock.sleep(delay)
             continue
         ctx.stats.succeeded()
+        ctx.stats.connection.round_trip()
         logger.info("%s: reconnected; firing once, as changes may have been missed", what)
         return

@@ -11,6 +11,10 @@ A later query error or a result that is not exactly one row of one column is ski
 watch holds one connection: its queries run one at a time, so a pool would never hold more; a lost
 connection is reopened at the next poll, the interval (10 s floor) being the backoff. Nothing can be missed
 while it is down, because the next read compares values, so a reconnect fires only if the value advanced.
+The query is this connection's liveness round trip (`liveness.py`): one that takes longer than `timeout_ms`
+ends the connection, because a server that stopped answering (a partition, a frozen process) looks exactly
+like that and the same socket would never answer again; a dead connection is noticed within one interval and
+one timeout.
 Connections are read-only (`default_transaction_read_only`): a tracking query never writes.
 
 A pull strategy (`base.PullStrategy`): its state is the last value (`sql_values`), tagged with a digest of the
@@ -19,6 +23,7 @@ query, so a gateway running another query (a configuration change mid-rollout) n
 
 from __future__ import annotations
 
+import asyncio
 import decimal
 import hashlib
 import logging
@@ -26,7 +31,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from mcpg_gateway import redaction
+from mcpg_gateway import liveness, redaction
 from mcpg_gateway.contract import config
 from mcpg_gateway.errors import StrategyError
 from mcpg_gateway.strategies import base, pg, sql_values
@@ -34,7 +39,6 @@ from mcpg_gateway.strategies import base, pg, sql_values
 logger = logging.getLogger(__name__)
 
 APPLICATION_NAME = "mcpg-gateway sql_polling"
-QUERY_TIMEOUT_S = 30.0
 
 ORDERABLE_TYPES = frozenset(
     {
@@ -95,6 +99,7 @@ class SqlPollingWatch:
         self._url = spec.url.get_secret_value()
         self._query = spec.query
         self._interval_s = spec.effective_interval_ms / 1000
+        self._timeout_s = spec.timeout_ms / 1000
         self._ctx = ctx
         self._conn: Any = None
         self._last: Any = None
@@ -107,6 +112,7 @@ class SqlPollingWatch:
             self._ctx.stats.failed()
             raise
         self._ctx.stats.succeeded()
+        self._ctx.stats.connection.round_trip()
 
     async def run(self, fire: base.Fire) -> None:
         await base.run_pull(self, self._ctx.clock, fire)
@@ -146,14 +152,29 @@ class SqlPollingWatch:
     async def _read(self) -> Any:
         conn = await self._connection()
         try:
-            stmt = await conn.prepare(self._query, timeout=QUERY_TIMEOUT_S)
-            column_type([attr.type.name for attr in stmt.get_attributes()])
-            rows = await stmt.fetch(timeout=QUERY_TIMEOUT_S)
+            async with asyncio.timeout(self._timeout_s):
+                stmt = await conn.prepare(self._query)
+                column_type([attr.type.name for attr in stmt.get_attributes()])
+                rows = await stmt.fetch()
+        except TimeoutError:
+            self._lose(conn, "unresponsive")
+            raise StrategyError(
+                f"the tracking query did not answer within {self._timeout_s:g} s (timeout_ms); the connection "
+                "is closed and the next poll opens a new one"
+            ) from None
         except pg.CONNECTION_ERRORS as e:
             if conn.is_closed():
-                self._conn = None
+                self._lose(conn, "closed")
+            else:
+                self._ctx.stats.connection.round_trip()  # the server answered, with an error: the connection works
             raise StrategyError(f"the tracking query failed: {pg.describe(e, self._url)}") from None
+        self._ctx.stats.connection.round_trip()
         return scalar(rows)
+
+    def _lose(self, conn: Any, cause: liveness.Cause) -> None:
+        self._conn = None
+        conn.terminate()  # also cancels asyncpg's own attempt to cancel the query, which would wait as long
+        self._ctx.stats.connection.lost(cause)
 
     async def _connection(self) -> Any:
         if self._conn is None or self._conn.is_closed():

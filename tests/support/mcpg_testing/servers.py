@@ -23,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,6 +73,22 @@ class ServerProcess:
             self.proc.send_signal(sig)
             self.proc.wait(STOP_TIMEOUT_S)
 
+    @contextlib.contextmanager
+    def frozen(self) -> Iterator[None]:
+        """SIGSTOP the server and every process it started, SIGCONT them on leaving: a server that hangs without
+        closing anything (its kernel still accepts connections and acknowledges bytes; nothing answers)."""
+        if self.proc is None or not self.running:
+            raise ServerFailed(f"{self.name} is not running")
+        tree = [self.proc.pid, *_descendants(self.proc.pid)]
+        for pid in tree:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            for pid in tree:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+
     def _drain(self, proc: subprocess.Popen[str], ready: threading.Event) -> None:
         assert proc.stdout is not None
         with proc.stdout:
@@ -81,6 +97,22 @@ class ServerProcess:
                 if self.ready_line in line:
                     ready.set()
         ready.set()  # the process ended: `start` sees it is not running
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every living process below `pid` (PostgreSQL's backends and workers), from /proc."""
+    children: dict[int, list[int]] = collections.defaultdict(list)
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            # The command name, in parentheses, may hold spaces: the parent pid is the second field after it.
+            fields = stat.read_text().rpartition(")")[2].split()
+            children[int(fields[1])].append(int(stat.parent.name))
+    found, queue = [], list(children[pid])
+    while queue:
+        child = queue.pop()
+        found.append(child)
+        queue.extend(children[child])
+    return found
 
 
 def _run_as(user: pwd.struct_passwd | None) -> dict[str, Any]:

@@ -3,6 +3,11 @@
 A killed server closes every connection at once, between two requests. A connection lost in the middle of a
 request (the server never saw it, or saw it and its answer never came back) is what a restart behind a Service
 or a dropped route does; `cut_on_next_write` makes exactly that, on demand.
+
+A partition closes nothing: `blackhole` stops forwarding in both directions, for every open connection and every
+new one, without closing any, as a dropped route or a NAT that forgot the flow does. Nothing is lost either:
+bytes wait, as TCP retransmits them, and a close waits too (a FIN crosses no partition). `resume` lets it all
+through, in order; a side that gave up meanwhile is then seen closing.
 """
 
 from __future__ import annotations
@@ -21,6 +26,9 @@ class TcpProxy:
         """Connections cut so far."""
         self._armed = False
         self._cut = asyncio.Event()
+        self._flowing = asyncio.Event()
+        self._flowing.set()
+        self._serving: set[asyncio.Task[None] | None] = set()
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -31,9 +39,21 @@ class TcpProxy:
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
-        for task in list(self._tasks):
+        for task in [*self._tasks, *(t for t in self._serving if t is not None)]:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def blackhole(self) -> None:
+        """Stop forwarding, without closing anything, until `resume`."""
+        self._flowing.clear()
+
+    def resume(self) -> None:
+        """Forward again: what waited goes through first."""
+        self._flowing.set()
+
+    @property
+    def partitioned(self) -> bool:
+        return not self._flowing.is_set()
 
     @property
     def address(self) -> str:
@@ -47,6 +67,15 @@ class TcpProxy:
         return self._cut
 
     async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        current = asyncio.current_task()
+        self._serving.add(current)
+        try:
+            await self._forward(client_r, client_w)
+        finally:
+            self._serving.discard(current)
+
+    async def _forward(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        await self._flowing.wait()  # a connection opened during a partition reaches the server only after it
         try:
             server_r, server_w = await asyncio.open_connection(self.host, self.port)
         except OSError:
@@ -67,7 +96,12 @@ class TcpProxy:
                     await writer.wait_closed()
 
     async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, from_client: bool) -> None:
-        while data := await reader.read(65536):
+        while True:
+            await self._flowing.wait()  # partitioned: not even an end of stream is read (and so passed on)
+            data = await reader.read(65536)
+            await self._flowing.wait()  # what was read as the partition began waits for its end
+            if not data:
+                return
             if from_client and self._armed:
                 self._armed = False
                 self.cuts += 1

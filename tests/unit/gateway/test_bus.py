@@ -317,6 +317,7 @@ async def test_the_bus_is_shown_as_host_and_port_and_its_password_never_shows(
             "address": where,
             "instance": "a",
             "connected": True,
+            "losses": 0,
             "buckets_ready": True,
             "buckets_error": None,
             "ready": True,

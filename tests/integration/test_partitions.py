@@ -1,0 +1,337 @@
+"""Event sources that stop without closing: a partition (a proxy that black-holes) and a frozen server (SIGSTOP).
+
+A kill closes every connection, and the gateway hears it at once; these faults close nothing. Each test puts a
+`TcpProxy` between the gateway and the real server, makes the fault, and proves the liveness rule
+(`mcpg_gateway.liveness`): the watch is seen dead within its bound (the admin API and the metrics say so), and
+once the fault ends it fires once (a change may have been missed) and a later change notifies again. The
+liveness settings are shortened to 1 s so the bound is seconds; the rule is the one users get, only faster.
+Detection and recovery times are printed (`-s` shows them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import nats as nats_py
+import pytest
+
+from mcpg_gateway.strategies import postgres_listen_notify, sql_polling
+from mcpg_testing import BOUND_S, programs
+from mcpg_testing.clients import subscribed
+from mcpg_testing.clock import ManualClock
+from mcpg_testing.configs import gateway_config, watched
+from mcpg_testing.gateways import (
+    ADMIN_TOKEN,
+    SENTINEL_TOKEN,
+    SENTINEL_URI,
+    GatewayFactory,
+    RunningGateway,
+    admin_watches,
+    assert_only_sentinel_arrives,
+    fired,
+    sentinel,
+)
+from mcpg_testing.images import ImageEnv
+from mcpg_testing.recording_upstream import serve_reads
+from mcpg_testing.scaleout import (
+    ORDERS,
+    ORDERS_TOKEN,
+    PASSWORD_ENV,
+    RECONNECT_BOUND_S,
+    assert_refused,
+    eventually,
+    in_thread,
+    member_config,
+    post,
+    running_nats,
+    until_ready,
+    write_configs,
+)
+from mcpg_testing.servers import NatsServer, PostgresServer, ServerProcess, connected, start_nats
+from mcpg_testing.tcpproxy import TcpProxy
+
+STOCK, REPORTS, INVENTORY = "stock://levels", "reports://latest", "inventory://current"
+LIVENESS = {"interval_s": 1.0, "timeout_s": 1.0}
+PROBE_BOUND_S = LIVENESS["interval_s"] + LIVENESS["timeout_s"]
+"""The documented bound for a LISTEN or NATS connection: one interval, then one round trip's timeout."""
+SLACK_S = 1.5
+"""What the admin API's polling and a busy 2-core machine add to a measured detection."""
+FAULTS = pytest.mark.parametrize("fault", ["partition", "sigstop"])
+
+pytest_plugins = ["mcpg_testing.fixtures"]  # gateway_env: the gateway image's install
+
+
+def fast_liveness(raw: dict[str, Any]) -> dict[str, Any]:
+    raw["gateway"]["liveness"] = LIVENESS
+    return raw
+
+
+@contextlib.asynccontextmanager
+async def proxied(port: int) -> AsyncIterator[TcpProxy]:
+    proxy = TcpProxy("127.0.0.1", port)
+    await proxy.start()
+    try:
+        yield proxy
+    finally:
+        await proxy.close()
+
+
+@contextlib.contextmanager
+def fault_on(kind: str, proxy: TcpProxy, server: ServerProcess) -> Iterator[None]:
+    """A partition between the gateway and the server, or the server frozen; over on leaving."""
+    if kind == "sigstop":
+        with server.frozen():
+            yield
+        return
+    proxy.blackhole()
+    try:
+        yield
+    finally:
+        proxy.resume()
+
+
+async def source(gw: RunningGateway, uri: str) -> dict[str, Any]:
+    state: dict[str, Any] = (await admin_watches(gw))[uri]["source"]
+    return state
+
+
+async def seen_down(gw: RunningGateway, uri: str, bound: float) -> float:
+    """Seconds until the admin API shows the watch's source down (at most `bound`)."""
+    began = time.monotonic()
+
+    async def down() -> bool:
+        return bool((await source(gw, uri))["state"] == "down")
+
+    await eventually(down, bound, f"the source of {uri} seen down")
+    return time.monotonic() - began
+
+
+def sample(gw: RunningGateway, name: str, **labels: str) -> float:
+    return gw.gw.metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+async def timed(awaitable: Awaitable[str]) -> tuple[str, float]:
+    began = time.monotonic()
+    value = await awaitable
+    return value, time.monotonic() - began
+
+
+async def assert_recovered(gw: RunningGateway, uri: str, strategy: str, cause: str) -> None:
+    """Up again after exactly one loss of `cause`, and no watch counted down."""
+    state = await source(gw, uri)
+    assert state["state"] == "up"
+    assert state["losses"] == 1
+    assert state["last_round_trip"] is not None
+    assert sample(gw, "mcpg_watch_source_losses_total", strategy=strategy, cause=cause) == 1
+    assert sample(gw, "mcpg_watch_sources_down") == 0
+
+
+# --- postgres_listen_notify ------------------------------------------------------------------------------------
+
+
+async def listen_backends(db: Any) -> int:
+    query = "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1"
+    return int(await db.fetchval(query, postgres_listen_notify.APPLICATION_NAME))
+
+
+@FAULTS
+async def test_a_listen_connection_that_stops_answering_is_seen_dead_in_bound_then_fires_once_when_back(
+    fault: str, gateway_factory: GatewayFactory, postgres: PostgresServer, db: Any
+) -> None:
+    async with proxied(postgres.port) as proxy:
+        url = postgres.url.replace(f":{postgres.port}/", f":{proxy.listen_port}/")
+        strategy = {"type": "postgres_listen_notify", "url": url, "channel": "stock_changed"}
+        raw = fast_liveness(gateway_config(watched("stock", STOCK, strategy), sentinel()))
+        gw = await gateway_factory(raw, admin_token=ADMIN_TOKEN)
+        mode = "listen" if fault == "partition" else "legacy"
+        async with subscribed(gw.mcp_url, mode, [STOCK, SENTINEL_URI]) as sub:
+            with fault_on(fault, proxy, postgres.process):
+                detected = await seen_down(gw, STOCK, PROBE_BOUND_S + SLACK_S)
+                assert sample(gw, "mcpg_watch_sources_down") == 1
+                if fault == "partition":  # the server is up: this NOTIFY never reaches the gateway's LISTEN
+                    await db.execute("NOTIFY stock_changed")
+            told, recovered = await timed(sub.next_update())
+            assert told == STOCK  # once, for what the partition may have hidden
+            assert fired(gw, "postgres_listen_notify") == 1
+            await assert_only_sentinel_arrives(gw, sub)
+            await assert_recovered(gw, STOCK, "postgres_listen_notify", "unresponsive")
+
+            async with connected(postgres.url) as fresh:
+                await fresh.execute("NOTIFY stock_changed")
+                assert await sub.next_update() == STOCK
+
+                # The connection given up on is gone from the server too, once the fault let its close through.
+                async def one_backend() -> bool:
+                    return await listen_backends(fresh) == 1
+
+                await eventually(one_backend, BOUND_S, "one LISTEN backend left")
+    print(f"\nMEASURED postgres_listen_notify {fault}: detected {detected:.2f}s, told {recovered:.2f}s after")
+
+
+# --- sql_polling ------------------------------------------------------------------------------------------------
+
+
+async def sql_backends(db: Any) -> int:
+    query = "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1"
+    return int(await db.fetchval(query, sql_polling.APPLICATION_NAME))
+
+
+@FAULTS
+async def test_a_tracking_query_that_never_answers_ends_its_connection_and_the_next_poll_sees_the_advance(
+    fault: str, gateway_factory: GatewayFactory, postgres: PostgresServer, db: Any, clock: ManualClock
+) -> None:
+    table = f"orders_{uuid.uuid4().hex[:8]}"
+    await db.execute(f"CREATE TABLE {table} (id bigint)")
+    await db.execute(f"INSERT INTO {table} VALUES (1)")
+    async with proxied(postgres.port) as proxy:
+        url = postgres.url.replace(f":{postgres.port}/", f":{proxy.listen_port}/")
+        strategy = {"type": "sql_polling", "url": url, "query": f"SELECT max(id) FROM {table}", "timeout_ms": 1000}
+        raw = fast_liveness(gateway_config(watched("reports", REPORTS, strategy), sentinel()))
+        gw = await gateway_factory(raw, clock=clock, admin_token=ADMIN_TOKEN)
+        async with subscribed(gw.mcp_url, "listen", [REPORTS, SENTINEL_URI]) as sub:
+            await db.execute(f"INSERT INTO {table} VALUES (2)")  # the advance the stuck poll would have seen
+            with fault_on(fault, proxy, postgres.process):
+                began = time.monotonic()
+                await clock.tick()  # one poll, which times out
+                detected = time.monotonic() - began
+                assert (await source(gw, REPORTS))["state"] == "down"
+                assert sample(gw, "mcpg_watch_sources_down") == 1
+            await clock.release()  # the next poll opens a new connection and sees 2
+            assert await sub.next_update() == REPORTS
+            await assert_only_sentinel_arrives(gw, sub)
+            await assert_recovered(gw, REPORTS, "sql_polling", "unresponsive")
+
+            await clock.tick()  # still 2: no fire
+            await db.execute(f"INSERT INTO {table} VALUES (3)")
+            await clock.release()
+            assert await sub.next_update() == REPORTS
+            await assert_only_sentinel_arrives(gw, sub)
+
+            async def one_backend() -> bool:
+                return await sql_backends(db) == 1
+
+            await eventually(one_backend, BOUND_S, "one sql_polling backend left")
+    assert detected <= 1.0 + SLACK_S, f"a 1 s query timeout took {detected:.2f}s to end the poll"
+    print(f"\nMEASURED sql_polling {fault}: the stuck poll ended after {detected:.2f}s")
+
+
+# --- nats_topic -------------------------------------------------------------------------------------------------
+
+
+async def publish(url: str, subject: str) -> None:
+    nc = await nats_py.connect(url, name="mcpg-test", allow_reconnect=False)
+    try:
+        await nc.publish(subject, b"ignored payload")
+        await nc.flush()
+    finally:
+        await nc.close()
+
+
+@FAULTS
+async def test_a_nats_connection_that_stops_answering_is_seen_dead_in_bound_then_fires_once_when_back(
+    fault: str, gateway_factory: GatewayFactory, nats: NatsServer
+) -> None:
+    async with proxied(nats.port) as proxy:
+        url = nats.url.replace(f":{nats.port}", f":{proxy.listen_port}")
+        strategy = {"type": "nats_topic", "subject": "inventory.updates", "url": url}
+        raw = fast_liveness(gateway_config(watched("inventory", INVENTORY, strategy), sentinel()))
+        gw = await gateway_factory(raw, admin_token=ADMIN_TOKEN)
+        mode = "listen" if fault == "partition" else "legacy"
+        async with subscribed(gw.mcp_url, mode, [INVENTORY, SENTINEL_URI]) as sub:
+            with fault_on(fault, proxy, nats.process):
+                detected = await seen_down(gw, INVENTORY, PROBE_BOUND_S + SLACK_S)
+                assert sample(gw, "mcpg_watch_sources_down") == 1
+                if fault == "partition":  # published while the gateway cannot hear it
+                    await publish(nats.url, "inventory.updates")
+            told, recovered = await timed(sub.next_update())
+            assert told == INVENTORY
+            assert fired(gw, "nats_topic") == 1
+            await assert_only_sentinel_arrives(gw, sub)
+            await assert_recovered(gw, INVENTORY, "nats_topic", "unresponsive")
+
+            await publish(nats.url, "inventory.updates")
+            assert await sub.next_update() == INVENTORY
+            await assert_only_sentinel_arrives(gw, sub)
+    print(f"\nMEASURED nats_topic {fault}: detected {detected:.2f}s, told {recovered:.2f}s after")
+
+
+# --- the bus ------------------------------------------------------------------------------------------------------
+
+
+def bus_member(instance: str, upstream: str, url: str, server: NatsServer) -> dict[str, Any]:
+    block = {"url": url, "user": server.user, "password": f"${{env.{PASSWORD_ENV}}}"}
+    return fast_liveness(member_config(instance, upstream, block))
+
+
+async def bus_view(gw: programs.GatewayProcess) -> dict[str, Any]:
+    async with httpx2.AsyncClient(timeout=BOUND_S) as http:
+        resp = await http.get(f"{gw.admin}/admin/v1/bus", headers={"authorization": f"Bearer {ADMIN_TOKEN}"})
+    assert resp.status_code == 200
+    bus: dict[str, Any] = resp.json()["bus"]
+    return bus
+
+
+async def test_a_gateway_cut_off_from_its_bus_notices_in_bound_stops_taking_fires_and_catches_up_when_back(
+    gateway_env: ImageEnv, tmp_path: Path
+) -> None:
+    async with (
+        serve_reads() as upstream,
+        running_nats(lambda: start_nats(store_dir=tmp_path / "jetstream")) as server,
+        proxied(server.port) as proxy,
+    ):
+        members = {
+            "gw-0": bus_member("gw-0", upstream.url, f"nats://127.0.0.1:{proxy.listen_port}", server),
+            "gw-1": bus_member("gw-1", upstream.url, server.address, server),
+        }
+        environ = {PASSWORD_ENV: server.password, "MCPG_ADMIN_TOKEN": ADMIN_TOKEN}
+        started = programs.gateways(gateway_env, write_configs(tmp_path, members), environ, cwd=tmp_path)
+        async with in_thread(started) as (cut, whole):
+            for gw in (cut, whole):
+                await until_ready(gw, 200)
+            async with (
+                subscribed(cut.mcp_url, "listen", [ORDERS, SENTINEL_URI]) as on_cut,
+                subscribed(whole.mcp_url, "legacy", [ORDERS, SENTINEL_URI]) as on_whole,
+            ):
+                proxy.blackhole()
+                began = time.monotonic()
+
+                async def disconnected() -> bool:
+                    return not (await bus_view(cut))["connected"]
+
+                await eventually(disconnected, 2 * LIVENESS["interval_s"] + SLACK_S, "gw-0 seeing its bus gone")
+                detected = time.monotonic() - began
+                await until_ready(cut, 503)  # past the bus's grace: new sessions go to a gateway that hears fires
+                unready = time.monotonic() - began
+
+                # The rest of the deployment serves on; the cut gateway refuses a webhook rather than tell half.
+                assert (await post(whole, ORDERS_TOKEN)).status_code == 200
+                assert await on_whole.next_update() == ORDERS
+                await assert_refused(cut, ORDERS_TOKEN)
+
+                proxy.resume()
+                resumed = time.monotonic()
+                # Back on the bus, it tells each URI it holds once: the fire it missed is among them.
+                told = [await on_cut.next_update(RECONNECT_BOUND_S) for _ in range(2)]
+                recovered = time.monotonic() - resumed
+                assert sorted(told) == sorted([ORDERS, SENTINEL_URI])
+                await until_ready(cut, 200)
+                view = await bus_view(cut)
+                assert (view["connected"], view["losses"]) == (True, 1)
+
+                assert (await post(whole, ORDERS_TOKEN)).status_code == 200
+                for sub in (on_cut, on_whole):
+                    assert await sub.next_update() == ORDERS
+                assert (await post(cut, SENTINEL_TOKEN)).status_code == 200
+                for sub in (on_cut, on_whole):
+                    assert await sub.next_update() == SENTINEL_URI
+                    assert sub.drained() == []
+    print(
+        f"\nMEASURED bus partition: disconnected after {detected:.2f}s, /readyz 503 after {unready:.2f}s, "
+        f"caught up {recovered:.2f}s after the partition ended"
+    )
