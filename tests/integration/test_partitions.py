@@ -1,11 +1,14 @@
-"""Event sources that stop without closing: a partition (a proxy that black-holes) and a frozen server (SIGSTOP).
+"""Event sources that stop without closing, against real servers: the faults a kill cannot make.
 
-A kill closes every connection, and the gateway hears it at once; these faults close nothing. Each test puts a
-`TcpProxy` between the gateway and the real server, makes the fault, and proves the liveness rule
-(`mcpg_gateway.liveness`): the watch is seen dead within its bound (the admin API and the metrics say so), and
-once the fault ends it fires once (a change may have been missed) and a later change notifies again. The
-liveness settings are shortened to 1 s so the bound is seconds; the rule is the one users get, only faster.
-Detection and recovery times are printed (`-s` shows them).
+A kill closes every connection, and the gateway hears it at once. These close nothing:
+- `partition`: a `TcpProxy` between the gateway and the server black-holes every connection, then resumes;
+- `sigstop`: the server process (PostgreSQL: with every backend) is frozen, then continued;
+- `nat_forgot`: the proxy strands the open connections for good (an idle timeout in a NAT or load balancer) while
+  new ones pass, so the gateway recovers only by giving up on the old connection by itself.
+Each proves the liveness rule (`mcpg_gateway.liveness`): the watch is seen dead within its bound (the admin API
+and the metrics say so), fires once when its connection is back (a change may have been missed, and one made
+during the fault is), and a later change notifies again. Liveness is shortened to 1 s so the bound is seconds;
+the rule is the one users get, only faster. Detection and recovery times are printed (`-s` shows them).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +26,7 @@ import pytest
 
 from mcpg_gateway.strategies import postgres_listen_notify, sql_polling
 from mcpg_testing import BOUND_S, programs
-from mcpg_testing.clients import subscribed
+from mcpg_testing.clients import Subscription, subscribed
 from mcpg_testing.clock import ManualClock
 from mcpg_testing.configs import gateway_config, watched
 from mcpg_testing.gateways import (
@@ -62,7 +65,12 @@ PROBE_BOUND_S = LIVENESS["interval_s"] + LIVENESS["timeout_s"]
 """The documented bound for a LISTEN or NATS connection: one interval, then one round trip's timeout."""
 SLACK_S = 1.5
 """What the admin API's polling and a busy 2-core machine add to a measured detection."""
-FAULTS = pytest.mark.parametrize("fault", ["partition", "sigstop"])
+FAULTS = pytest.mark.parametrize("fault", ["partition", "sigstop", "nat_forgot"])
+
+
+ERA = {"partition": "listen", "sigstop": "legacy", "nat_forgot": "listen"}
+"""Both protocol eras see the faults (which era is beside the point: the watch below them is the same)."""
+Change = Callable[[], Awaitable[None]]
 
 pytest_plugins = ["mcpg_testing.fixtures"]  # gateway_env: the gateway image's install
 
@@ -84,16 +92,20 @@ async def proxied(port: int) -> AsyncIterator[TcpProxy]:
 
 @contextlib.contextmanager
 def fault_on(kind: str, proxy: TcpProxy, server: ServerProcess) -> Iterator[None]:
-    """A partition between the gateway and the server, or the server frozen; over on leaving."""
+    """A partition between the gateway and the server, or the server frozen; over on leaving. (A forgotten
+    connection is never over: the proxy strands it for good.)"""
     if kind == "sigstop":
         with server.frozen():
             yield
-        return
-    proxy.blackhole()
-    try:
+    elif kind == "partition":
+        proxy.blackhole()
+        try:
+            yield
+        finally:
+            proxy.resume()
+    else:
+        proxy.strand()
         yield
-    finally:
-        proxy.resume()
 
 
 async def source(gw: RunningGateway, uri: str) -> dict[str, Any]:
@@ -122,13 +134,34 @@ async def timed(awaitable: Awaitable[str]) -> tuple[str, float]:
     return value, time.monotonic() - began
 
 
-async def assert_recovered(gw: RunningGateway, uri: str, strategy: str, cause: str) -> None:
-    """Up again after exactly one loss of `cause`, and no watch counted down."""
+async def survive(
+    fault: str, proxy: TcpProxy, server: ServerProcess, gw: RunningGateway, sub: Subscription, uri: str, change: Change
+) -> str:
+    """Make `fault` while `sub` holds `uri`; `change` the source meanwhile where the server still runs. Returns what
+    was measured. The watch must be told `uri` once, when its connection is back."""
+    if fault == "nat_forgot":
+        with fault_on(fault, proxy, server):
+            await change()  # on the server, which the stranded connection no longer hears from
+            told, elapsed = await timed(sub.next_update(PROBE_BOUND_S + SLACK_S))
+        assert told == uri
+        return f"noticed and reopened, told {elapsed:.2f}s after"
+    with fault_on(fault, proxy, server):
+        detected = await seen_down(gw, uri, PROBE_BOUND_S + SLACK_S)
+        assert sample(gw, "mcpg_watch_sources_down") == 1
+        if fault == "partition":
+            await change()
+    told, recovered = await timed(sub.next_update())
+    assert told == uri
+    return f"detected {detected:.2f}s, told {recovered:.2f}s after the fault ended"
+
+
+async def assert_recovered(gw: RunningGateway, uri: str, strategy: str) -> None:
+    """Up again after exactly one loss, to an unanswered round trip; no watch counted down."""
     state = await source(gw, uri)
     assert state["state"] == "up"
     assert state["losses"] == 1
     assert state["last_round_trip"] is not None
-    assert sample(gw, "mcpg_watch_source_losses_total", strategy=strategy, cause=cause) == 1
+    assert sample(gw, "mcpg_watch_source_losses_total", strategy=strategy, cause="unresponsive") == 1
     assert sample(gw, "mcpg_watch_sources_down") == 0
 
 
@@ -149,76 +182,27 @@ async def test_a_listen_connection_that_stops_answering_is_seen_dead_in_bound_th
         strategy = {"type": "postgres_listen_notify", "url": url, "channel": "stock_changed"}
         raw = fast_liveness(gateway_config(watched("stock", STOCK, strategy), sentinel()))
         gw = await gateway_factory(raw, admin_token=ADMIN_TOKEN)
-        mode = "listen" if fault == "partition" else "legacy"
-        async with subscribed(gw.mcp_url, mode, [STOCK, SENTINEL_URI]) as sub:
-            with fault_on(fault, proxy, postgres.process):
-                detected = await seen_down(gw, STOCK, PROBE_BOUND_S + SLACK_S)
-                assert sample(gw, "mcpg_watch_sources_down") == 1
-                if fault == "partition":  # the server is up: this NOTIFY never reaches the gateway's LISTEN
-                    await db.execute("NOTIFY stock_changed")
-            told, recovered = await timed(sub.next_update())
-            assert told == STOCK  # once, for what the partition may have hidden
+        async with subscribed(gw.mcp_url, ERA[fault], [STOCK, SENTINEL_URI]) as sub:
+
+            async def notify() -> None:
+                await db.execute("NOTIFY stock_changed")
+
+            measured = await survive(fault, proxy, postgres.process, gw, sub, STOCK, notify)
             assert fired(gw, "postgres_listen_notify") == 1
             await assert_only_sentinel_arrives(gw, sub)
-            await assert_recovered(gw, STOCK, "postgres_listen_notify", "unresponsive")
+            await assert_recovered(gw, STOCK, "postgres_listen_notify")
 
             async with connected(postgres.url) as fresh:
                 await fresh.execute("NOTIFY stock_changed")
                 assert await sub.next_update() == STOCK
+                await assert_only_sentinel_arrives(gw, sub)
+                if fault != "nat_forgot":  # a forgotten flow's backend stays until the server's own keepalive
 
-                # The connection given up on is gone from the server too, once the fault let its close through.
-                async def one_backend() -> bool:
-                    return await listen_backends(fresh) == 1
+                    async def one_backend() -> bool:
+                        return await listen_backends(fresh) == 1
 
-                await eventually(one_backend, BOUND_S, "one LISTEN backend left")
-    print(f"\nMEASURED postgres_listen_notify {fault}: detected {detected:.2f}s, told {recovered:.2f}s after")
-
-
-# --- sql_polling ------------------------------------------------------------------------------------------------
-
-
-async def sql_backends(db: Any) -> int:
-    query = "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1"
-    return int(await db.fetchval(query, sql_polling.APPLICATION_NAME))
-
-
-@FAULTS
-async def test_a_tracking_query_that_never_answers_ends_its_connection_and_the_next_poll_sees_the_advance(
-    fault: str, gateway_factory: GatewayFactory, postgres: PostgresServer, db: Any, clock: ManualClock
-) -> None:
-    table = f"orders_{uuid.uuid4().hex[:8]}"
-    await db.execute(f"CREATE TABLE {table} (id bigint)")
-    await db.execute(f"INSERT INTO {table} VALUES (1)")
-    async with proxied(postgres.port) as proxy:
-        url = postgres.url.replace(f":{postgres.port}/", f":{proxy.listen_port}/")
-        strategy = {"type": "sql_polling", "url": url, "query": f"SELECT max(id) FROM {table}", "timeout_ms": 1000}
-        raw = fast_liveness(gateway_config(watched("reports", REPORTS, strategy), sentinel()))
-        gw = await gateway_factory(raw, clock=clock, admin_token=ADMIN_TOKEN)
-        async with subscribed(gw.mcp_url, "listen", [REPORTS, SENTINEL_URI]) as sub:
-            await db.execute(f"INSERT INTO {table} VALUES (2)")  # the advance the stuck poll would have seen
-            with fault_on(fault, proxy, postgres.process):
-                began = time.monotonic()
-                await clock.tick()  # one poll, which times out
-                detected = time.monotonic() - began
-                assert (await source(gw, REPORTS))["state"] == "down"
-                assert sample(gw, "mcpg_watch_sources_down") == 1
-            await clock.release()  # the next poll opens a new connection and sees 2
-            assert await sub.next_update() == REPORTS
-            await assert_only_sentinel_arrives(gw, sub)
-            await assert_recovered(gw, REPORTS, "sql_polling", "unresponsive")
-
-            await clock.tick()  # still 2: no fire
-            await db.execute(f"INSERT INTO {table} VALUES (3)")
-            await clock.release()
-            assert await sub.next_update() == REPORTS
-            await assert_only_sentinel_arrives(gw, sub)
-
-            async def one_backend() -> bool:
-                return await sql_backends(db) == 1
-
-            await eventually(one_backend, BOUND_S, "one sql_polling backend left")
-    assert detected <= 1.0 + SLACK_S, f"a 1 s query timeout took {detected:.2f}s to end the poll"
-    print(f"\nMEASURED sql_polling {fault}: the stuck poll ended after {detected:.2f}s")
+                    await eventually(one_backend, BOUND_S, "the abandoned LISTEN backend gone")
+    print(f"\nMEASURED postgres_listen_notify {fault}: {measured}")
 
 
 # --- nats_topic -------------------------------------------------------------------------------------------------
@@ -242,23 +226,68 @@ async def test_a_nats_connection_that_stops_answering_is_seen_dead_in_bound_then
         strategy = {"type": "nats_topic", "subject": "inventory.updates", "url": url}
         raw = fast_liveness(gateway_config(watched("inventory", INVENTORY, strategy), sentinel()))
         gw = await gateway_factory(raw, admin_token=ADMIN_TOKEN)
-        mode = "listen" if fault == "partition" else "legacy"
-        async with subscribed(gw.mcp_url, mode, [INVENTORY, SENTINEL_URI]) as sub:
-            with fault_on(fault, proxy, nats.process):
-                detected = await seen_down(gw, INVENTORY, PROBE_BOUND_S + SLACK_S)
-                assert sample(gw, "mcpg_watch_sources_down") == 1
-                if fault == "partition":  # published while the gateway cannot hear it
-                    await publish(nats.url, "inventory.updates")
-            told, recovered = await timed(sub.next_update())
-            assert told == INVENTORY
+        async with subscribed(gw.mcp_url, ERA[fault], [INVENTORY, SENTINEL_URI]) as sub:
+
+            async def publish_change() -> None:
+                await publish(nats.url, "inventory.updates")
+
+            measured = await survive(fault, proxy, nats.process, gw, sub, INVENTORY, publish_change)
             assert fired(gw, "nats_topic") == 1
             await assert_only_sentinel_arrives(gw, sub)
-            await assert_recovered(gw, INVENTORY, "nats_topic", "unresponsive")
+            await assert_recovered(gw, INVENTORY, "nats_topic")
 
             await publish(nats.url, "inventory.updates")
             assert await sub.next_update() == INVENTORY
             await assert_only_sentinel_arrives(gw, sub)
-    print(f"\nMEASURED nats_topic {fault}: detected {detected:.2f}s, told {recovered:.2f}s after")
+    print(f"\nMEASURED nats_topic {fault}: {measured}")
+
+
+# --- sql_polling ------------------------------------------------------------------------------------------------
+
+
+async def sql_backends(db: Any) -> int:
+    query = "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1"
+    return int(await db.fetchval(query, sql_polling.APPLICATION_NAME))
+
+
+@FAULTS
+async def test_a_tracking_query_that_never_answers_ends_its_connection_and_the_next_poll_sees_the_advance(
+    fault: str, gateway_factory: GatewayFactory, postgres: PostgresServer, db: Any, clock: ManualClock
+) -> None:
+    table = f"reports_{uuid.uuid4().hex[:8]}"
+    await db.execute(f"CREATE TABLE {table} (id bigint)")
+    await db.execute(f"INSERT INTO {table} VALUES (1)")
+    async with proxied(postgres.port) as proxy:
+        url = postgres.url.replace(f":{postgres.port}/", f":{proxy.listen_port}/")
+        strategy = {"type": "sql_polling", "url": url, "query": f"SELECT max(id) FROM {table}", "timeout_ms": 1000}
+        raw = fast_liveness(gateway_config(watched("reports", REPORTS, strategy), sentinel()))
+        gw = await gateway_factory(raw, clock=clock, admin_token=ADMIN_TOKEN)
+        async with subscribed(gw.mcp_url, ERA[fault], [REPORTS, SENTINEL_URI]) as sub:
+            await db.execute(f"INSERT INTO {table} VALUES (2)")  # the advance the stuck poll would have seen
+            with fault_on(fault, proxy, postgres.process):
+                began = time.monotonic()
+                await clock.tick()  # one poll, which times out
+                detected = time.monotonic() - began
+                assert (await source(gw, REPORTS))["state"] == "down"
+                assert sample(gw, "mcpg_watch_sources_down") == 1
+            await clock.release()  # the next poll opens a new connection and sees 2
+            assert await sub.next_update() == REPORTS
+            await assert_only_sentinel_arrives(gw, sub)
+            await assert_recovered(gw, REPORTS, "sql_polling")
+
+            await clock.tick()  # still 2: no fire
+            await db.execute(f"INSERT INTO {table} VALUES (3)")
+            await clock.release()
+            assert await sub.next_update() == REPORTS
+            await assert_only_sentinel_arrives(gw, sub)
+            if fault != "nat_forgot":
+
+                async def one_backend() -> bool:
+                    return await sql_backends(db) == 1
+
+                await eventually(one_backend, BOUND_S, "the abandoned sql_polling backend gone")
+    assert detected <= 1.0 + SLACK_S, f"a 1 s query timeout took {detected:.2f}s to end the poll"
+    print(f"\nMEASURED sql_polling {fault}: the stuck poll ended after {detected:.2f}s")
 
 
 # --- the bus ------------------------------------------------------------------------------------------------------

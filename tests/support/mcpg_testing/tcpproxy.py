@@ -7,7 +7,9 @@ or a dropped route does; `cut_on_next_write` makes exactly that, on demand.
 A partition closes nothing: `blackhole` stops forwarding in both directions, for every open connection and every
 new one, without closing any, as a dropped route or a NAT that forgot the flow does. Nothing is lost either:
 bytes wait, as TCP retransmits them, and a close waits too (a FIN crosses no partition). `resume` lets it all
-through, in order; a side that gave up meanwhile is then seen closing.
+through, in order; a side that gave up meanwhile is then seen closing. `strand` is the other idle-timeout
+story: every connection open now stops for good (the NAT forgot it), while new ones are forwarded at once, so
+only a client that gives up on the old connection and opens another gets through.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ class TcpProxy:
         self._flowing = asyncio.Event()
         self._flowing.set()
         self._serving: set[asyncio.Task[None] | None] = set()
+        self._open: set[asyncio.Event] = set()
+        """Per open connection: set while it may forward (cleared for good by `strand`)."""
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -50,6 +54,12 @@ class TcpProxy:
     def resume(self) -> None:
         """Forward again: what waited goes through first."""
         self._flowing.set()
+
+    def strand(self) -> None:
+        """Every connection open now stops forwarding for good, without closing; new ones are forwarded."""
+        for alive in self._open:
+            alive.clear()
+        self._open.clear()
 
     @property
     def partitioned(self) -> bool:
@@ -81,12 +91,19 @@ class TcpProxy:
         except OSError:
             client_w.close()
             return
-        pumps = [self._pump(client_r, server_w, from_client=True), self._pump(server_r, client_w, from_client=False)]
+        alive = asyncio.Event()
+        alive.set()
+        self._open.add(alive)
+        pumps = [
+            self._pump(client_r, server_w, alive, from_client=True),
+            self._pump(server_r, client_w, alive, from_client=False),
+        ]
         tasks = [asyncio.create_task(p) for p in pumps]
         self._tasks.update(tasks)
         try:
             await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         finally:
+            self._open.discard(alive)
             for task in tasks:
                 task.cancel()
                 self._tasks.discard(task)
@@ -95,11 +112,13 @@ class TcpProxy:
                 with contextlib.suppress(OSError):
                     await writer.wait_closed()
 
-    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, from_client: bool) -> None:
+    async def _pump(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, alive: asyncio.Event, from_client: bool
+    ) -> None:
         while True:
-            await self._flowing.wait()  # partitioned: not even an end of stream is read (and so passed on)
+            await self._passable(alive)  # partitioned: not even an end of stream is read (and so passed on)
             data = await reader.read(65536)
-            await self._flowing.wait()  # what was read as the partition began waits for its end
+            await self._passable(alive)  # what was read as the partition began waits for its end
             if not data:
                 return
             if from_client and self._armed:
@@ -109,3 +128,8 @@ class TcpProxy:
                 return  # the caller closes both sides; these bytes never reach the server
             writer.write(data)
             await writer.drain()
+
+    async def _passable(self, alive: asyncio.Event) -> None:
+        """Until this connection may forward: no partition, and not stranded (which is for good)."""
+        await self._flowing.wait()
+        await alive.wait()
