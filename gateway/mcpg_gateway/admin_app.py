@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from mcpg_gateway import liveness
+from mcpg_gateway import liveness, peers
 from mcpg_gateway.contract.errors import ConfigError, Problem
 from mcpg_gateway.gateway import Gateway
 
@@ -131,6 +131,7 @@ def _source(conn: liveness.Connection) -> dict[str, Any] | None:
     if not conn.held:
         return None
     return {
+        "address": conn.source,
         "state": "up" if conn.up else "down",
         "last_round_trip": _iso(conn.last_round_trip),
         "down_since": _iso(conn.down_since),
@@ -171,8 +172,25 @@ def _bus(gw: Gateway) -> dict[str, Any]:
             "buckets_ready": b.buckets is not None,
             "buckets_error": b.buckets_error,
             "ready": not b.unready(),
+            "peers": _peers(gw),
+            "down_long": gw.down_long(),
+            "preferred_elsewhere": _elsewhere(gw.preferred_elsewhere()),
         }
     }
+
+
+def _peers(gw: Gateway) -> list[dict[str, Any]]:
+    """The other gateways heard from lately, and how many resources each holds up and down (`peers.py`)."""
+    if gw.peers is None:
+        return []
+    return [
+        {"instance": r.instance, "up": len(r.up), "down": len(r.down)}
+        for r in sorted(gw.peers.fresh(time.time()), key=lambda r: r.instance)
+    ]
+
+
+def _elsewhere(found: peers.Elsewhere | None) -> dict[str, str] | None:
+    return None if found is None else {"resource": found.resource, "gateway": found.gateway}
 
 
 def _upstreams(gw: Gateway) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from prometheus_client import CollectorRegistry
 
-from mcpg_gateway import backoff, buckets, liveness, metrics, redaction
+from mcpg_gateway import backoff, buckets, liveness, metrics, peers, redaction
 from mcpg_gateway.contract import config
 from mcpg_gateway.errors import BusUnavailableError
 
@@ -116,6 +116,8 @@ class Bus:
         self.receiver: Receiver | None = None
         self.on_connect: Callable[[], Coroutine[Any, Any, None]] | None = None
         """Called on every connection (the first and each reconnect): the gateway fires what it holds."""
+        self.on_sources: Callable[[bytes, float], None] | None = None
+        """Given each report another gateway published on `<prefix>.sources` (`peers.py`), and when it came."""
         self._nc: NatsClient | None = None
         self._up = False
         self._losses = 0
@@ -224,6 +226,24 @@ class Bus:
             return None
         return self._nc
 
+    async def announce_sources(self, report: bytes) -> None:
+        """Publish this gateway's sources report (`peers.py`), unconfirmed: the next one follows in an interval."""
+        nc = self._nc
+        if nc is None or not self.connected:
+            return
+        try:
+            await nc.publish(self._sources_subject, report)
+        except ERRORS as e:
+            logger.debug("publishing the sources report on the bus at %s: %s", self.where, self._describe(e))
+
+    @property
+    def _sources_subject(self) -> str:
+        return f"{self.cfg.subject_prefix}.{peers.SUBJECT}"
+
+    async def _on_sources(self, msg: Msg) -> None:
+        if self.on_sources is not None:
+            self.on_sources(msg.data, time.time())
+
     def jetstream(self) -> JetStreamContext | None:
         return self._nc.jetstream(timeout=KV_TIMEOUT_S) if self._nc is not None else None
 
@@ -235,6 +255,7 @@ class Bus:
         # With endless reconnects nats-py's connect returns only once connected; it never gives up.
         await nc.connect(**self._options())
         await nc.subscribe(f"{self.cfg.subject_prefix}.fire.*", cb=self._on_message)
+        await nc.subscribe(self._sources_subject, cb=self._on_sources)
         try:
             await nc.flush(timeout=CONNECT_TIMEOUT_S)
         except ERRORS as e:  # the connection dropped at once; the reconnect callback takes over

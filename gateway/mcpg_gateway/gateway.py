@@ -12,7 +12,9 @@ watches run where their lease is (`ownership.py`). Without it, everything stays 
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +26,7 @@ from mcpg_gateway import (
     limits,
     liveness,
     ownership,
+    peers,
     policy,
     reader,
     strategies,
@@ -76,6 +79,9 @@ class Gateway:
             rules=self.liveness,
         )
         self.bus = self._bus(cfg.gateway.bus)
+        self.peers = peers.Peers(self.bus.instance, self.liveness) if self.bus is not None else None
+        """What the other gateways on the bus say about their event sources (`peers.py`), for /readyz."""
+        self._reporter: asyncio.Task[None] | None = None
         self.owners = ownership.Owners(self.bus, self.options.clock) if self.bus is not None else None
         """Which pull watches this gateway reads for all (on a bus)."""
         self._watches = watchers.WatchRegistry(
@@ -102,7 +108,9 @@ class Gateway:
         if self.bus is not None:
             self.bus.receiver = self._received
             self.bus.on_connect = self._fire_held
+            self.bus.on_sources = self._heard
             await self.bus.start(self.options.bus_connect_wait_s)
+            self._reporter = asyncio.get_running_loop().create_task(self._report_sources(), name="mcpg sources")
 
     def unready_reason(self) -> str | None:
         """Why /readyz should answer 503 now, or None when ready."""
@@ -110,7 +118,35 @@ class Gateway:
             return "shutting down"
         if self.bus is not None and self.bus.unready():
             return "bus unreachable"
+        if self.preferred_elsewhere() is not None:
+            return "an event source is unreachable from here and reachable from another gateway"
         return None
+
+    def preferred_elsewhere(self) -> peers.Elsewhere | None:
+        """A resource whose event source another gateway on the bus reaches and this one has not for a while."""
+        if self.peers is None:
+            return None
+        return self.peers.elsewhere(self._held(), time.time())
+
+    def down_long(self) -> list[str]:
+        """Resources whose event source this gateway has not reached for a while (what a peer may be preferred for)."""
+        if self.peers is None:
+            return []
+        return sorted({h.resource for h in self.peers.down_long(self._held(), time.time())})
+
+    def _held(self) -> list[peers.Held]:
+        return [peers.Held(w.binding.entry.name, w.stats.connection) for w in self._watches.watchers()]
+
+    def _heard(self, data: bytes, at: float) -> None:
+        report = peers.decode(data)
+        if report is not None and self.peers is not None:
+            self.peers.heard(report, at)
+
+    async def _report_sources(self) -> None:
+        assert self.bus is not None, "only a gateway on a bus reports its sources"
+        while True:
+            await self.bus.announce_sources(peers.report(self.bus.instance, self._held()).encode())
+            await self.liveness.sleep(self.liveness.interval_s)
 
     # --- what a caller may see --------------------------------------------------------------------------------
 
@@ -207,6 +243,9 @@ class Gateway:
         return self._reader
 
     async def aclose(self) -> None:
+        if self._reporter is not None:
+            self._reporter.cancel()
+            await asyncio.gather(self._reporter, return_exceptions=True)
         self.subscribers.end_listen_streams()
         await self._watches.close()  # releases the leases of owned watches: the bus closes after
         if self.bus is not None:

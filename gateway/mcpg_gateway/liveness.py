@@ -70,6 +70,9 @@ class Connection:
 
     on_loss: Callable[[Cause], None] = field(default=lambda cause: None)
     """Counts a loss (the `mcpg_watch_source_losses_total` metric)."""
+    source: str = ""
+    """Where the connection goes, credential-free (`postgresql://app:***@db:5432/app`): the same text for every
+    watch, and every gateway, that uses the same server."""
     held: bool = False
     """Whether the watch holds a long-lived connection at all (poll and webhook watches do not)."""
     up: bool = False

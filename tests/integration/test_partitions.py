@@ -364,3 +364,59 @@ async def test_a_gateway_cut_off_from_its_bus_notices_in_bound_stops_taking_fire
         f"\nMEASURED bus partition: disconnected after {detected:.2f}s, /readyz 503 after {unready:.2f}s, "
         f"caught up {recovered:.2f}s after the partition ended"
     )
+
+
+# --- readiness: another gateway that can reach the source is preferred -------------------------------------------
+
+
+async def ready_status(gw: programs.GatewayProcess) -> int:
+    async with httpx2.AsyncClient(timeout=BOUND_S) as http:
+        return (await http.get(f"{gw.base}/readyz")).status_code
+
+
+async def test_a_gateway_that_cannot_reach_a_source_another_reaches_turns_unready_and_one_all_lose_does_not(
+    gateway_env: ImageEnv, tmp_path: Path, postgres: PostgresServer
+) -> None:
+    async with (
+        serve_reads() as upstream,
+        running_nats(lambda: start_nats(store_dir=tmp_path / "jetstream")) as server,
+        proxied(postgres.port) as proxy,
+    ):
+        urls = {
+            "gw-0": postgres.url.replace(f":{postgres.port}/", f":{proxy.listen_port}/"),  # the one that is cut off
+            "gw-1": postgres.url,
+        }
+        members = {}
+        for instance, url in urls.items():
+            raw = bus_member(instance, upstream.url, server.address, server)
+            stock = {"type": "postgres_listen_notify", "url": url, "channel": "stock_changed"}
+            raw["mcp"]["capabilities"]["resources"].append(watched("stock", STOCK, stock))
+            members[instance] = raw
+        environ = {PASSWORD_ENV: server.password, "MCPG_ADMIN_TOKEN": ADMIN_TOKEN}
+        started = programs.gateways(gateway_env, write_configs(tmp_path, members), environ, cwd=tmp_path)
+        async with in_thread(started) as (cut, whole):
+            for gw in (cut, whole):
+                await until_ready(gw, 200)
+            async with subscribed(cut.mcp_url, "listen", [STOCK]), subscribed(whole.mcp_url, "legacy", [STOCK]):
+                # Only gw-0 loses the database: gw-1 says it holds "stock" up, so gw-0 stops taking sessions.
+                proxy.blackhole()
+                began = time.monotonic()
+                await until_ready(cut, 503)
+                unready = time.monotonic() - began
+                assert (await bus_view(cut))["preferred_elsewhere"] == {"resource": "stock", "gateway": "gw-1"}
+                assert await ready_status(whole) == 200
+                proxy.resume()
+                await until_ready(cut, 200)
+
+                # Everyone loses it: no gateway is better placed, so none stops taking sessions.
+                with postgres.process.frozen():
+
+                    async def down_long_everywhere() -> bool:
+                        view = await bus_view(cut)
+                        heard = {p["instance"]: (p["up"], p["down"]) for p in view["peers"]}
+                        return view["down_long"] == ["stock"] and heard.get("gw-1") == (0, 1)
+
+                    await eventually(down_long_everywhere, BOUND_S, "stock down long on gw-0, and down on gw-1")
+                    assert [await ready_status(gw) for gw in (cut, whole)] == [200, 200]
+                    assert (await bus_view(cut))["preferred_elsewhere"] is None
+    print(f"\nMEASURED readiness: gw-0 unready {unready:.2f}s after losing a source gw-1 still reached")

@@ -233,6 +233,7 @@ class NatsTopicWatch:
 
     async def start(self) -> None:
         self._link = self._resolve_link()
+        self._ctx.stats.connection.source = self._link.where
         self._what = f"watch {self._ctx.binding.uri} (nats_topic {self._subject!r} on {self._link.where})"
         self._link.listeners.add(self)
         await self._subscribe()

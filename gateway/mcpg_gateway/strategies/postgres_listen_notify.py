@@ -36,7 +36,8 @@ class PostgresListenWatch:
         self._signal = reconnect.Signal()
         self._conn: Any = None
         self._prober: asyncio.Task[None] | None = None
-        self._what = f"watch {ctx.binding.uri} (LISTEN {spec.channel!r} on {redaction.redact_url(self._url)})"
+        ctx.stats.connection.source = redaction.redact_url(self._url)
+        self._what = f"watch {ctx.binding.uri} (LISTEN {spec.channel!r} on {ctx.stats.connection.source})"
 
     async def start(self) -> None:
         await self._connect()

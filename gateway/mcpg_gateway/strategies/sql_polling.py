@@ -103,7 +103,8 @@ class SqlPollingWatch:
         self._ctx = ctx
         self._conn: Any = None
         self._last: Any = None
-        self._what = f"watch {ctx.binding.uri} (sql_polling on {redaction.redact_url(self._url)})"
+        ctx.stats.connection.source = redaction.redact_url(self._url)
+        self._what = f"watch {ctx.binding.uri} (sql_polling on {ctx.stats.connection.source})"
 
     async def start(self) -> None:
         try:

@@ -321,6 +321,9 @@ async def test_the_bus_is_shown_as_host_and_port_and_its_password_never_shows(
             "buckets_ready": True,
             "buckets_error": None,
             "ready": True,
+            "peers": [],
+            "down_long": [],
+            "preferred_elsewhere": None,
         }
     }
     assert "mcpg_bus_connected 1.0" in metrics
