@@ -83,9 +83,22 @@ def decode(data: bytes) -> Report | None:
     if not isinstance(raw, dict):
         return None
     instance, up, down = raw.get("instance"), raw.get("up"), raw.get("down")
-    if isinstance(instance, str) and 0 < len(instance) <= MAX_INSTANCE_CHARS and _keys(up) and _keys(down):
+    if _instance(instance) and _keys(up) and _keys(down):
         return Report(instance, frozenset(up), frozenset(down))
     return None
+
+
+def _instance(value: object) -> TypeGuard[str]:
+    # Shown on the admin API and in logs: printable, and text that encodes (JSON may escape a lone surrogate).
+    return isinstance(value, str) and 0 < len(value) <= MAX_INSTANCE_CHARS and value.isprintable() and _utf8(value)
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _keys(value: object) -> TypeGuard[list[str]]:
