@@ -118,7 +118,7 @@ def test_every_dashboard_query_names_a_metric_the_programs_expose() -> None:
 
 def test_every_alert_names_a_metric_the_programs_expose_or_kube_state_metrics() -> None:
     exprs = rule_exprs(RULES.read_text())
-    assert len(exprs) == 4
+    assert len(exprs) == 5
     assert all("{{" not in expr for expr in exprs), "a templated expr would escape this check"
     assert unknown(exprs, known_metrics()) == {}
 
@@ -130,6 +130,8 @@ def test_the_panels_the_operators_expect_are_on_the_dashboard() -> None:
         "mcpg_watch_fired_total",
         "mcpg_watch_notifications_sent_total",
         "mcpg_watch_poll_failures_total",
+        "mcpg_watch_source_losses_total",
+        "mcpg_watch_sources_down",
         "mcpg_webhook_requests_total",
         "mcpg_auth_failures_total",
         "mcpg_subscribers",
