@@ -56,7 +56,7 @@ from mcpg_testing.scaleout import (
     until_ready,
     write_configs,
 )
-from mcpg_testing.servers import NatsServer, PostgresServer, ServerProcess, connected, start_nats
+from mcpg_testing.servers import NatsServer, PostgresServer, ServerProcess, backends, connected, start_nats
 from mcpg_testing.tcpproxy import TcpProxy
 
 STOCK, REPORTS, INVENTORY = "stock://levels", "reports://latest", "inventory://current"
@@ -168,11 +168,6 @@ async def assert_recovered(gw: RunningGateway, uri: str, strategy: str) -> None:
 # --- postgres_listen_notify ------------------------------------------------------------------------------------
 
 
-async def listen_backends(db: Any) -> int:
-    query = "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1"
-    return int(await db.fetchval(query, postgres_listen_notify.APPLICATION_NAME))
-
-
 @FAULTS
 async def test_a_listen_connection_that_stops_answering_is_seen_dead_in_bound_then_fires_once_when_back(
     fault: str, gateway_factory: GatewayFactory, postgres: PostgresServer, db: Any
@@ -199,7 +194,7 @@ async def test_a_listen_connection_that_stops_answering_is_seen_dead_in_bound_th
                 if fault != "nat_forgot":  # a forgotten flow's backend stays until the server's own keepalive
 
                     async def one_backend() -> bool:
-                        return await listen_backends(fresh) == 1
+                        return await backends(fresh, postgres_listen_notify.APPLICATION_NAME) == 1
 
                     await eventually(one_backend, BOUND_S, "the abandoned LISTEN backend gone")
     print(f"\nMEASURED postgres_listen_notify {fault}: {measured}")
@@ -245,11 +240,6 @@ async def test_a_nats_connection_that_stops_answering_is_seen_dead_in_bound_then
 # --- sql_polling ------------------------------------------------------------------------------------------------
 
 
-async def sql_backends(db: Any) -> int:
-    query = "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1"
-    return int(await db.fetchval(query, sql_polling.APPLICATION_NAME))
-
-
 @FAULTS
 async def test_a_tracking_query_that_never_answers_ends_its_connection_and_the_next_poll_sees_the_advance(
     fault: str, gateway_factory: GatewayFactory, postgres: PostgresServer, db: Any, clock: ManualClock
@@ -283,7 +273,7 @@ async def test_a_tracking_query_that_never_answers_ends_its_connection_and_the_n
             if fault != "nat_forgot":
 
                 async def one_backend() -> bool:
-                    return await sql_backends(db) == 1
+                    return await backends(db, sql_polling.APPLICATION_NAME) == 1
 
                 await eventually(one_backend, BOUND_S, "the abandoned sql_polling backend gone")
     assert detected <= 1.0 + SLACK_S, f"a 1 s query timeout took {detected:.2f}s to end the poll"
@@ -296,6 +286,19 @@ async def test_a_tracking_query_that_never_answers_ends_its_connection_and_the_n
 def bus_member(instance: str, upstream: str, url: str, server: NatsServer) -> dict[str, Any]:
     block = {"url": url, "user": server.user, "password": f"${{env.{PASSWORD_ENV}}}"}
     return fast_liveness(member_config(instance, upstream, block))
+
+
+@contextlib.asynccontextmanager
+async def bus_pair(
+    gateway_env: ImageEnv, tmp_path: Path, server: NatsServer, members: dict[str, dict[str, Any]]
+) -> AsyncIterator[tuple[programs.GatewayProcess, programs.GatewayProcess]]:
+    """`mcpg-gateway` from the gateway image for each of the two configurations, both ready."""
+    environ = {PASSWORD_ENV: server.password, "MCPG_ADMIN_TOKEN": ADMIN_TOKEN}
+    started = programs.gateways(gateway_env, write_configs(tmp_path, members), environ, cwd=tmp_path)
+    async with in_thread(started) as (first, second):
+        for gw in (first, second):
+            await until_ready(gw, 200)
+        yield first, second
 
 
 async def bus_view(gw: programs.GatewayProcess) -> dict[str, Any]:
@@ -318,48 +321,44 @@ async def test_a_gateway_cut_off_from_its_bus_notices_in_bound_stops_taking_fire
             "gw-0": bus_member("gw-0", upstream.url, f"nats://127.0.0.1:{proxy.listen_port}", server),
             "gw-1": bus_member("gw-1", upstream.url, server.address, server),
         }
-        environ = {PASSWORD_ENV: server.password, "MCPG_ADMIN_TOKEN": ADMIN_TOKEN}
-        started = programs.gateways(gateway_env, write_configs(tmp_path, members), environ, cwd=tmp_path)
-        async with in_thread(started) as (cut, whole):
-            for gw in (cut, whole):
-                await until_ready(gw, 200)
-            async with (
-                subscribed(cut.mcp_url, "listen", [ORDERS, SENTINEL_URI]) as on_cut,
-                subscribed(whole.mcp_url, "legacy", [ORDERS, SENTINEL_URI]) as on_whole,
-            ):
-                proxy.blackhole()
-                began = time.monotonic()
+        async with (
+            bus_pair(gateway_env, tmp_path, server, members) as (cut, whole),
+            subscribed(cut.mcp_url, "listen", [ORDERS, SENTINEL_URI]) as on_cut,
+            subscribed(whole.mcp_url, "legacy", [ORDERS, SENTINEL_URI]) as on_whole,
+        ):
+            proxy.blackhole()
+            began = time.monotonic()
 
-                async def disconnected() -> bool:
-                    return not (await bus_view(cut))["connected"]
+            async def disconnected() -> bool:
+                return not (await bus_view(cut))["connected"]
 
-                await eventually(disconnected, 2 * LIVENESS["interval_s"] + SLACK_S, "gw-0 seeing its bus gone")
-                detected = time.monotonic() - began
-                await until_ready(cut, 503)  # past the bus's grace: new sessions go to a gateway that hears fires
-                unready = time.monotonic() - began
+            await eventually(disconnected, 2 * LIVENESS["interval_s"] + SLACK_S, "gw-0 seeing its bus gone")
+            detected = time.monotonic() - began
+            await until_ready(cut, 503)  # past the bus's grace: new sessions go to a gateway that hears fires
+            unready = time.monotonic() - began
 
-                # The rest of the deployment serves on; the cut gateway refuses a webhook rather than tell half.
-                assert (await post(whole, ORDERS_TOKEN)).status_code == 200
-                assert await on_whole.next_update() == ORDERS
-                await assert_refused(cut, ORDERS_TOKEN)
+            # The rest of the deployment serves on; the cut gateway refuses a webhook rather than tell half.
+            assert (await post(whole, ORDERS_TOKEN)).status_code == 200
+            assert await on_whole.next_update() == ORDERS
+            await assert_refused(cut, ORDERS_TOKEN)
 
-                proxy.resume()
-                resumed = time.monotonic()
-                # Back on the bus, it tells each URI it holds once: the fire it missed is among them.
-                told = [await on_cut.next_update(RECONNECT_BOUND_S) for _ in range(2)]
-                recovered = time.monotonic() - resumed
-                assert sorted(told) == sorted([ORDERS, SENTINEL_URI])
-                await until_ready(cut, 200)
-                view = await bus_view(cut)
-                assert (view["connected"], view["losses"]) == (True, 1)
+            proxy.resume()
+            resumed = time.monotonic()
+            # Back on the bus, it tells each URI it holds once: the fire it missed is among them.
+            told = [await on_cut.next_update(RECONNECT_BOUND_S) for _ in range(2)]
+            recovered = time.monotonic() - resumed
+            assert sorted(told) == sorted([ORDERS, SENTINEL_URI])
+            await until_ready(cut, 200)
+            view = await bus_view(cut)
+            assert (view["connected"], view["losses"]) == (True, 1)
 
-                assert (await post(whole, ORDERS_TOKEN)).status_code == 200
-                for sub in (on_cut, on_whole):
-                    assert await sub.next_update() == ORDERS
-                assert (await post(cut, SENTINEL_TOKEN)).status_code == 200
-                for sub in (on_cut, on_whole):
-                    assert await sub.next_update() == SENTINEL_URI
-                    assert sub.drained() == []
+            assert (await post(whole, ORDERS_TOKEN)).status_code == 200
+            for sub in (on_cut, on_whole):
+                assert await sub.next_update() == ORDERS
+            assert (await post(cut, SENTINEL_TOKEN)).status_code == 200
+            for sub in (on_cut, on_whole):
+                assert await sub.next_update() == SENTINEL_URI
+                assert sub.drained() == []
     print(
         f"\nMEASURED bus partition: disconnected after {detected:.2f}s, /readyz 503 after {unready:.2f}s, "
         f"caught up {recovered:.2f}s after the partition ended"
@@ -392,31 +391,30 @@ async def test_a_gateway_that_cannot_reach_a_source_another_reaches_turns_unread
             stock = {"type": "postgres_listen_notify", "url": url, "channel": "stock_changed"}
             raw["mcp"]["capabilities"]["resources"].append(watched("stock", STOCK, stock))
             members[instance] = raw
-        environ = {PASSWORD_ENV: server.password, "MCPG_ADMIN_TOKEN": ADMIN_TOKEN}
-        started = programs.gateways(gateway_env, write_configs(tmp_path, members), environ, cwd=tmp_path)
-        async with in_thread(started) as (cut, whole):
-            for gw in (cut, whole):
-                await until_ready(gw, 200)
-            async with subscribed(cut.mcp_url, "listen", [STOCK]), subscribed(whole.mcp_url, "legacy", [STOCK]):
-                # Only gw-0 loses the database: gw-1 says it holds "stock" up, so gw-0 stops taking sessions.
-                proxy.blackhole()
-                began = time.monotonic()
-                await until_ready(cut, 503)
-                unready = time.monotonic() - began
-                assert (await bus_view(cut))["preferred_elsewhere"] == {"resource": "stock", "gateway": "gw-1"}
-                assert await ready_status(whole) == 200
-                proxy.resume()
-                await until_ready(cut, 200)
+        async with (
+            bus_pair(gateway_env, tmp_path, server, members) as (cut, whole),
+            subscribed(cut.mcp_url, "listen", [STOCK]),
+            subscribed(whole.mcp_url, "legacy", [STOCK]),
+        ):
+            # Only gw-0 loses the database: gw-1 says it holds "stock" up, so gw-0 stops taking sessions.
+            proxy.blackhole()
+            began = time.monotonic()
+            await until_ready(cut, 503)
+            unready = time.monotonic() - began
+            assert (await bus_view(cut))["preferred_elsewhere"] == {"resource": "stock", "gateway": "gw-1"}
+            assert await ready_status(whole) == 200
+            proxy.resume()
+            await until_ready(cut, 200)
 
-                # Everyone loses it: no gateway is better placed, so none stops taking sessions.
-                with postgres.process.frozen():
+            # Everyone loses it: no gateway is better placed, so none stops taking sessions.
+            with postgres.process.frozen():
 
-                    async def down_long_everywhere() -> bool:
-                        view = await bus_view(cut)
-                        heard = {p["instance"]: (p["up"], p["down"]) for p in view["peers"]}
-                        return view["down_long"] == ["stock"] and heard.get("gw-1") == (0, 1)
+                async def down_long_everywhere() -> bool:
+                    view = await bus_view(cut)
+                    heard = {p["instance"]: (p["up"], p["down"]) for p in view["peers"]}
+                    return view["down_long"] == ["stock"] and heard.get("gw-1") == (0, 1)
 
-                    await eventually(down_long_everywhere, BOUND_S, "stock down long on gw-0, and down on gw-1")
-                    assert [await ready_status(gw) for gw in (cut, whole)] == [200, 200]
-                    assert (await bus_view(cut))["preferred_elsewhere"] is None
+                await eventually(down_long_everywhere, BOUND_S, "stock down long on gw-0, and down on gw-1")
+                assert [await ready_status(gw) for gw in (cut, whole)] == [200, 200]
+                assert (await bus_view(cut))["preferred_elsewhere"] is None
     print(f"\nMEASURED readiness: gw-0 unready {unready:.2f}s after losing a source gw-1 still reached")

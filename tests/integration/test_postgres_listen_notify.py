@@ -22,7 +22,7 @@ from mcpg_testing.gateways import (
     fired,
     sentinel,
 )
-from mcpg_testing.servers import PostgresServer, connected
+from mcpg_testing.servers import PostgresServer, backends, connected
 
 STOCK, PLAIN = "stock://levels", "stock://plain"
 # Capitals, a dash, a quote and a statement break: only a correctly quoted identifier survives this.
@@ -39,8 +39,7 @@ async def notify(db: Any, channel: str) -> None:
 
 
 async def gateway_connections(db: Any) -> int:
-    query = "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1"
-    return int(await db.fetchval(query, postgres_listen_notify.APPLICATION_NAME))
+    return await backends(db, postgres_listen_notify.APPLICATION_NAME)
 
 
 @ERAS

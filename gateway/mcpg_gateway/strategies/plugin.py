@@ -14,6 +14,11 @@ gateways share a bus (`gateway.bus`), one of them runs it for all, and another t
 a strategy that does not is run by every gateway with subscribers, each telling its own, like the push
 strategies (nats_topic, postgres_listen_notify).
 
+A strategy that holds a long-lived connection should prove it alive the gateway's way (`liveness.py`): a round
+trip every `ctx.liveness.interval_s`, answered within `ctx.liveness.timeout_s`, else treat the connection as
+lost. It records what the admin API and the metrics show in `ctx.stats.connection`: `source` (where it
+connects, credential-free), `round_trip()` after each exchange that worked, `lost("closed" | "unresponsive")`.
+
 Raise `mcpg_gateway.errors.StrategyError` from the constructor or `start` to refuse a subscription with a
 message the client sees; any other exception refuses it with the exception's type name only. Entry points
 are loaded once when the gateway starts (never at import), and a watch naming a kind no installed plugin

@@ -292,3 +292,10 @@ async def connected(url: str) -> AsyncIterator[Any]:
     finally:
         if not conn.is_closed():
             await conn.close()
+
+
+async def backends(db: Any, application_name: str) -> int:
+    """How many server processes serve connections that named themselves `application_name` (the gateway's
+    strategies each use their own), as `db`, a connection of the test's, sees them."""
+    query = "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1"
+    return int(await db.fetchval(query, application_name))
