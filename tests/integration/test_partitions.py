@@ -63,6 +63,8 @@ STOCK, REPORTS, INVENTORY = "stock://levels", "reports://latest", "inventory://c
 LIVENESS = {"interval_s": 1.0, "timeout_s": 1.0}
 PROBE_BOUND_S = LIVENESS["interval_s"] + LIVENESS["timeout_s"]
 """The documented bound for a LISTEN or NATS connection: one interval, then one round trip's timeout."""
+PING_BOUND_S = 2 * LIVENESS["interval_s"]
+"""The documented bound for the bus: nats-py drops a connection whose PING is unanswered at the next."""
 SLACK_S = 1.5
 """What the admin API's polling and a busy 2-core machine add to a measured detection."""
 FAULTS = pytest.mark.parametrize("fault", ["partition", "sigstop", "nat_forgot"])
@@ -332,7 +334,7 @@ async def test_a_gateway_cut_off_from_its_bus_notices_in_bound_stops_taking_fire
             async def disconnected() -> bool:
                 return not (await bus_view(cut))["connected"]
 
-            await eventually(disconnected, 2 * LIVENESS["interval_s"] + SLACK_S, "gw-0 seeing its bus gone")
+            await eventually(disconnected, PING_BOUND_S + SLACK_S, "gw-0 seeing its bus gone")
             detected = time.monotonic() - began
             await until_ready(cut, 503)  # past the bus's grace: new sessions go to a gateway that hears fires
             unready = time.monotonic() - began
@@ -363,6 +365,46 @@ async def test_a_gateway_cut_off_from_its_bus_notices_in_bound_stops_taking_fire
         f"\nMEASURED bus partition: disconnected after {detected:.2f}s, /readyz 503 after {unready:.2f}s, "
         f"caught up {recovered:.2f}s after the partition ended"
     )
+
+
+async def test_a_frozen_bus_is_noticed_by_every_gateway_in_bound_and_each_catches_up_when_it_thaws(
+    gateway_env: ImageEnv, tmp_path: Path
+) -> None:
+    async with (
+        serve_reads() as upstream,
+        running_nats(lambda: start_nats(store_dir=tmp_path / "jetstream")) as server,
+    ):
+        members = {i: bus_member(i, upstream.url, server.address, server) for i in ("gw-0", "gw-1")}
+        async with (
+            bus_pair(gateway_env, tmp_path, server, members) as gateways,
+            subscribed(gateways[0].mcp_url, "listen", [ORDERS, SENTINEL_URI]) as on_0,
+            subscribed(gateways[1].mcp_url, "legacy", [ORDERS, SENTINEL_URI]) as on_1,
+        ):
+            with server.process.frozen():
+                began = time.monotonic()
+                for gw in gateways:
+
+                    async def disconnected(gw: programs.GatewayProcess = gw) -> bool:
+                        return not (await bus_view(gw))["connected"]
+
+                    await eventually(disconnected, PING_BOUND_S + SLACK_S, f"{gw.base} seeing its bus gone")
+                detected = time.monotonic() - began
+                for gw in gateways:
+                    await until_ready(gw, 503)
+                    await assert_refused(gw, ORDERS_TOKEN)
+            # Thawed: each gateway is back on the bus and tells each URI it holds once.
+            for sub in (on_0, on_1):
+                told = [await sub.next_update(RECONNECT_BOUND_S) for _ in range(2)]
+                assert sorted(told) == sorted([ORDERS, SENTINEL_URI])
+            for gw in gateways:
+                await until_ready(gw, 200)
+                assert ((await bus_view(gw))["losses"]) == 1
+            assert (await post(gateways[1], ORDERS_TOKEN)).status_code == 200
+            assert (await post(gateways[0], SENTINEL_TOKEN)).status_code == 200
+            for sub in (on_0, on_1):
+                assert [await sub.next_update(), await sub.next_update()] == [ORDERS, SENTINEL_URI]
+                assert sub.drained() == []
+    print(f"\nMEASURED bus sigstop: both gateways saw the bus gone within {detected:.2f}s")
 
 
 # --- readiness: another gateway that can reach the source is preferred -------------------------------------------
