@@ -66,6 +66,20 @@ def test_secret_references_are_resolved_into_the_rendered_configuration() -> Non
     }
 
 
+def test_a_tracking_query_renders_with_its_cadence_and_timeout() -> None:
+    sql = example("sql-polling")
+    sql.spec["watch"]["sqlPolling"]["timeoutMs"] = 5000
+    plan = render.plan([sql], {}, SECRETS, DEFAULTS)
+    strategy = plan.config["mcp"]["capabilities"]["resources"][0]["watch"]["strategy"]
+    assert strategy == {
+        "type": "sql_polling",
+        "url": "postgres://u:p@db/app",
+        "query": "SELECT max(updated_at) FROM orders",
+        "interval_ms": 60000,
+        "timeout_ms": 5000,
+    }
+
+
 def test_a_webhook_renders_the_current_token_and_every_retiring_one() -> None:
     state = TokenState(current="new", retiring=(Retiring("old", 1.0),))
     plan = render.plan([hook("a", "t")], tokens(t=state), {}, DEFAULTS)
