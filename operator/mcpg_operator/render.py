@@ -484,7 +484,8 @@ def _gateway_config(
         gateway["nats"] = {"url": defaults.nats_url}
     if bus_block is not None:
         gateway["bus"] = bus_block
-    for name, section in (("limits", defaults.limits), ("subscriptions", defaults.subscriptions)):
+    sections = (("limits", defaults.limits), ("subscriptions", defaults.subscriptions), ("liveness", defaults.liveness))
+    for name, section in sections:
         if chosen := _set_only(section):
             gateway[name] = chosen
     return {"mcp": {"capabilities": entries}, "gateway": gateway}

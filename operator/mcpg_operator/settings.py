@@ -59,6 +59,8 @@ class GatewayDefaults(BaseModel):
     """`gateway.limits`, from the JSON object `MCPG_GATEWAY_LIMITS`."""
     subscriptions: config.SubscriptionsConfig = Field(default_factory=config.SubscriptionsConfig)
     """`gateway.subscriptions`, from the JSON object `MCPG_GATEWAY_SUBSCRIPTIONS`."""
+    liveness: config.LivenessConfig = Field(default_factory=config.LivenessConfig)
+    """`gateway.liveness`, from the JSON object `MCPG_GATEWAY_LIVENESS`."""
     server_card: bool | None = None
     """`gateway.server.server_card`, from `MCPG_GATEWAY_SERVER_CARD` (true or false); None: not set."""
 
@@ -146,6 +148,7 @@ _JSON_FIELDS = frozenset(
         "admin_node_port",
         "limits",
         "subscriptions",
+        "liveness",
     }
 )
 

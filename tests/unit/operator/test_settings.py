@@ -36,18 +36,20 @@ POD = {"POD_NAMESPACE": "ops", "POD_NAME": "mcpg-operator-7d9f-x2x4k"}
 """What the chart's downward API gives every replica."""
 
 
-def test_the_gateways_limits_subscriptions_and_server_card_come_from_the_environment() -> None:
+def test_the_gateways_limits_subscriptions_liveness_and_server_card_come_from_the_environment() -> None:
     d = settings.load(
         {
             **POD,
             "MCPG_GATEWAY_LIMITS": '{"watches_per_principal": 20, "watches_total": 40, "body_timeout_s": 5}',
             "MCPG_GATEWAY_SUBSCRIPTIONS": '{"lifetime_s": 3600}',
+            "MCPG_GATEWAY_LIVENESS": '{"interval_s": 30}',
             "MCPG_GATEWAY_SERVER_CARD": "false",
         }
     ).gateway
     assert (d.limits.watches_per_principal, d.limits.watches_total, d.limits.body_timeout_s) == (20, 40, 5.0)
     assert d.limits.sessions_total == config.LimitsConfig().sessions_total  # a key not given: the gateway's
     assert (d.subscriptions.lifetime_s, d.server_card) == (3600.0, False)
+    assert (d.liveness.interval_s, d.liveness.timeout_s) == (30.0, config.LivenessConfig().timeout_s)
 
 
 def test_what_the_chart_sets_by_default_leaves_every_gateway_setting_to_the_gateway() -> None:
@@ -261,7 +263,11 @@ def test_the_charts_deployment_sets_a_variable_for_every_gateway_default() -> No
     assert [f for f in fields if not re.search(rf"name: MCPG_GATEWAY_{f.upper()}\b", template)] == []
 
 
-GATEWAY_SECTIONS = [("limits", config.LimitsConfig), ("subscriptions", config.SubscriptionsConfig)]
+GATEWAY_SECTIONS = [
+    ("limits", config.LimitsConfig),
+    ("subscriptions", config.SubscriptionsConfig),
+    ("liveness", config.LivenessConfig),
+]
 
 _BOUNDS = ("type", "minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum")
 
@@ -298,7 +304,11 @@ def _documented_defaults(value: str) -> Any:
 
 def test_the_charts_server_card_default_is_the_gateways() -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())["gateway"]
-    assert (values["limits"], values["subscriptions"]) == ({}, {})  # nothing set: nothing rendered
+    assert (values["limits"], values["subscriptions"], values["liveness"]) == (
+        {},
+        {},
+        {},
+    )  # nothing set: nothing rendered
     assert values["serverCard"] is config.ServerConfig().server_card
 
 
