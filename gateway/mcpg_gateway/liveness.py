@@ -50,7 +50,7 @@ class Rules:
 
     @property
     def probe_bound_s(self) -> float:
-        """The longest a dead PostgreSQL LISTEN connection goes unnoticed."""
+        """The longest a dead PostgreSQL LISTEN or NATS connection goes unnoticed."""
         return self.interval_s + self.timeout_s
 
     @property

@@ -24,6 +24,7 @@ import httpx2
 import nats as nats_py
 import pytest
 
+from mcpg_gateway import liveness
 from mcpg_gateway.strategies import postgres_listen_notify, sql_polling
 from mcpg_testing import BOUND_S, programs
 from mcpg_testing.clients import Subscription, subscribed
@@ -61,9 +62,10 @@ from mcpg_testing.tcpproxy import TcpProxy
 
 STOCK, REPORTS, INVENTORY = "stock://levels", "reports://latest", "inventory://current"
 LIVENESS = {"interval_s": 1.0, "timeout_s": 1.0}
-PROBE_BOUND_S = LIVENESS["interval_s"] + LIVENESS["timeout_s"]
+RULES = liveness.Rules(LIVENESS["interval_s"], LIVENESS["timeout_s"])
+PROBE_BOUND_S = RULES.probe_bound_s
 """The documented bound for a LISTEN or NATS connection: one interval, then one round trip's timeout."""
-PING_BOUND_S = 2 * LIVENESS["interval_s"]
+PING_BOUND_S = RULES.ping_bound_s
 """The documented bound for the bus: nats-py drops a connection whose PING is unanswered at the next."""
 SLACK_S = 1.5
 """What the admin API's polling and a busy 2-core machine add to a measured detection."""
