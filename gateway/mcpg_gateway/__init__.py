@@ -24,10 +24,12 @@ Module map (a request's path through it, top to bottom):
     bus             N gateways as one (gateway.bus): fires published once on NATS, told by every process
     ownership       pull watches read by one gateway for all: leases, stored state, handover, self-fencing
     buckets         the bus's key-value buckets (<bucket>-owners, <bucket>-state), created if missing
+    peers           what the other gateways on the bus say of their event sources, which /readyz weighs
     subscribers     subscribers, their outboxes, and the one owner of their lifecycle
     strategies/     poll, nats_topic, postgres_listen_notify, sql_polling (+ sql_values, its state as text),
                     plugin (entry points), memory (tests)
     backoff         the one retry rhythm: 1, 2, 5, 10, then every 30 s
+    liveness        how a connection that stopped without closing is noticed within a bound, and each watch's record
     metrics, audit, logs, redaction, errors
     tracing         OpenTelemetry: the provider when OTEL_EXPORTER_OTLP_ENDPOINT is set, and the spans of a change
     subscribe_cli   `mcpg-subscribe`: a small client that subscribes and prints each notification

@@ -8,6 +8,10 @@ ownership (`ownership.py`). nats-py reconnects it, forever, about once a second;
 missed fires, so on every connect it fires each URI it holds once, locally (`on_connect`): at worst a
 subscriber is told twice, never not at all. The bus is logged as host:port only; its credentials are
 separate settings, never in the URL.
+
+A bus connection that stops answering without closing is dropped when a PING is still unanswered at the next
+(`gateway.liveness`, `liveness.py`), then reconnected like a closed one. The bus also carries each gateway's
+report of its event sources (`<prefix>.sources`, `peers.py`), which /readyz weighs.
 """
 
 from __future__ import annotations

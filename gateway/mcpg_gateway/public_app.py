@@ -3,7 +3,8 @@
 /mcp checks the Origin first (`origins.py`), then the bearer token (`identity.protect`: the SDK's auth
 middleware), then the principal's share of sessions (`sessions.py`); the webhook route is gated by its token
 in the path, and health by nothing. /readyz answers 503 while the gateway is stopping, and on a bus once the
-bus has been unreachable for longer than a short grace. The server card (`card.py`) is gated by nothing
+bus has been unreachable for longer than a short grace, or while an event source another gateway reaches has
+been unreachable from here for a while (`peers.py`). The server card (`card.py`) is gated by nothing
 either, because it holds no secret: it is encoded once here, since the configuration never changes in a
 running process, and with `server.server_card` off its path is not routed at all, so it answers 404 like any
 unknown path.
