@@ -251,8 +251,8 @@ def test_the_dashboard_and_the_alerts_render_when_enabled_and_only_then(control_
     rule = docs["PrometheusRule"]
     assert (rule["metadata"]["namespace"], rule["metadata"]["labels"]["release"]) == ("ops", "prom")
     alerts = {r["alert"]: r for group in rule["spec"]["groups"] for r in group["rules"]}
-    assert set(alerts) == {"McpgPollFailuresRising", "McpgGatewayUnavailable", "McpgReconcileErrors",
-                           "McpgTokenRotationStuck"}  # fmt: skip
+    assert set(alerts) == {"McpgPollFailuresRising", "McpgWatchSourceDown", "McpgGatewayUnavailable",
+                           "McpgReconcileErrors", "McpgTokenRotationStuck"}  # fmt: skip
     for alert in alerts.values():
         assert {"summary", "description", "runbook"} <= set(alert["annotations"]), alert["alert"]
     assert alerts["McpgTokenRotationStuck"]["for"] == "30m"
