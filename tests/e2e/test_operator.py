@@ -183,6 +183,17 @@ HTTP = {"http": {"url": "http://u"}}
         ),
         (
             RW,
+            {
+                "uri": "x://a",
+                "backend": HTTP,
+                "watch": {
+                    "sqlPolling": {"urlSecretRef": {"name": "d", "key": "u"}, "query": "select 1", "timeoutMs": 300001}
+                },
+            },
+            "spec.watch.sqlPolling.timeoutMs: Invalid value: 300001",
+        ),
+        (
+            RW,
             {"uri": "x://a", "backend": HTTP, "watch": {"notificationFilter": {"scope": "expression"}}},
             "scope expression needs an expression",
         ),

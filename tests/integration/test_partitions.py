@@ -19,6 +19,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx2
 import nats as nats_py
@@ -159,9 +160,14 @@ async def survive(
     return f"detected {detected:.2f}s, told {recovered:.2f}s after the fault ended"
 
 
-async def assert_recovered(gw: RunningGateway, uri: str, strategy: str) -> None:
-    """Up again after exactly one loss, to an unanswered round trip; no watch counted down."""
+async def assert_recovered(gw: RunningGateway, uri: str, strategy: str, password: str) -> None:
+    """Up again after exactly one loss, to an unanswered round trip; no watch counted down; the address shown is
+    the server's, without its password."""
     state = await source(gw, uri)
+    assert ":***@127.0.0.1:" in state["address"]
+    shown = str(await admin_watches(gw))
+    assert password not in shown
+    assert quote(password, safe="") not in shown
     assert state["state"] == "up"
     assert state["losses"] == 1
     assert state["last_round_trip"] is not None
@@ -169,12 +175,19 @@ async def assert_recovered(gw: RunningGateway, uri: str, strategy: str) -> None:
     assert sample(gw, "mcpg_watch_sources_down") == 0
 
 
+def assert_logged_without(caplog: pytest.LogCaptureFixture, expected: str, password: str) -> None:
+    """The loss was logged (`expected` is in a line), and no line shows the password, raw or percent-encoded."""
+    assert expected in caplog.text
+    assert password not in caplog.text
+    assert quote(password, safe="") not in caplog.text
+
+
 # --- postgres_listen_notify ------------------------------------------------------------------------------------
 
 
 @FAULTS
 async def test_a_listen_connection_that_stops_answering_is_seen_dead_in_bound_then_fires_once_when_back(
-    fault: str, gateway_factory: GatewayFactory, postgres: PostgresServer, db: Any
+    fault: str, gateway_factory: GatewayFactory, postgres: PostgresServer, db: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     async with proxied(postgres.port) as proxy:
         url = postgres.url.replace(f":{postgres.port}/", f":{proxy.listen_port}/")
@@ -189,7 +202,7 @@ async def test_a_listen_connection_that_stops_answering_is_seen_dead_in_bound_th
             measured = await survive(fault, proxy, postgres.process, gw, sub, STOCK, notify)
             assert fired(gw, "postgres_listen_notify") == 1
             await assert_only_sentinel_arrives(gw, sub)
-            await assert_recovered(gw, STOCK, "postgres_listen_notify")
+            await assert_recovered(gw, STOCK, "postgres_listen_notify", postgres.password)
 
             async with connected(postgres.url) as fresh:
                 await fresh.execute("NOTIFY stock_changed")
@@ -201,6 +214,7 @@ async def test_a_listen_connection_that_stops_answering_is_seen_dead_in_bound_th
                         return await backends(fresh, postgres_listen_notify.APPLICATION_NAME) == 1
 
                     await eventually(one_backend, BOUND_S, "the abandoned LISTEN backend gone")
+    assert_logged_without(caplog, "connection lost (", postgres.password)
     print(f"\nMEASURED postgres_listen_notify {fault}: {measured}")
 
 
@@ -218,7 +232,7 @@ async def publish(url: str, subject: str) -> None:
 
 @FAULTS
 async def test_a_nats_connection_that_stops_answering_is_seen_dead_in_bound_then_fires_once_when_back(
-    fault: str, gateway_factory: GatewayFactory, nats: NatsServer
+    fault: str, gateway_factory: GatewayFactory, nats: NatsServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     async with proxied(nats.port) as proxy:
         url = nats.url.replace(f":{nats.port}", f":{proxy.listen_port}")
@@ -233,11 +247,12 @@ async def test_a_nats_connection_that_stops_answering_is_seen_dead_in_bound_then
             measured = await survive(fault, proxy, nats.process, gw, sub, INVENTORY, publish_change)
             assert fired(gw, "nats_topic") == 1
             await assert_only_sentinel_arrives(gw, sub)
-            await assert_recovered(gw, INVENTORY, "nats_topic")
+            await assert_recovered(gw, INVENTORY, "nats_topic", nats.password)
 
             await publish(nats.url, "inventory.updates")
             assert await sub.next_update() == INVENTORY
             await assert_only_sentinel_arrives(gw, sub)
+    assert_logged_without(caplog, "no answer to a round trip", nats.password)
     print(f"\nMEASURED nats_topic {fault}: {measured}")
 
 
@@ -246,7 +261,12 @@ async def test_a_nats_connection_that_stops_answering_is_seen_dead_in_bound_then
 
 @FAULTS
 async def test_a_tracking_query_that_never_answers_ends_its_connection_and_the_next_poll_sees_the_advance(
-    fault: str, gateway_factory: GatewayFactory, postgres: PostgresServer, db: Any, clock: ManualClock
+    fault: str,
+    gateway_factory: GatewayFactory,
+    postgres: PostgresServer,
+    db: Any,
+    clock: ManualClock,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     table = f"reports_{uuid.uuid4().hex[:8]}"
     await db.execute(f"CREATE TABLE {table} (id bigint)")
@@ -267,7 +287,7 @@ async def test_a_tracking_query_that_never_answers_ends_its_connection_and_the_n
             await clock.release()  # the next poll opens a new connection and sees 2
             assert await sub.next_update() == REPORTS
             await assert_only_sentinel_arrives(gw, sub)
-            await assert_recovered(gw, REPORTS, "sql_polling")
+            await assert_recovered(gw, REPORTS, "sql_polling", postgres.password)
 
             await clock.tick()  # still 2: no fire
             await db.execute(f"INSERT INTO {table} VALUES (3)")
@@ -281,6 +301,7 @@ async def test_a_tracking_query_that_never_answers_ends_its_connection_and_the_n
 
                 await eventually(one_backend, BOUND_S, "the abandoned sql_polling backend gone")
     assert detected <= 1.0 + SLACK_S, f"a 1 s query timeout took {detected:.2f}s to end the poll"
+    assert_logged_without(caplog, "did not answer within 1 s", postgres.password)
     print(f"\nMEASURED sql_polling {fault}: the stuck poll ended after {detected:.2f}s")
 
 

@@ -316,7 +316,7 @@ def test_template_variables_the_gateway_refuses_leave_only_that_watch_out() -> N
     assert plan.verdicts["undefined"].message.startswith("backend.url: names {b}")
 
 
-# --- the operator's settings for every gateway: limits, subscriptions, server card ----------------------------
+# --- the operator's settings for every gateway: limits, subscriptions, liveness, server card -----------------------
 
 
 def test_the_gateway_settings_the_operator_was_given_reach_the_gateway_section_and_load() -> None:
@@ -324,6 +324,7 @@ def test_the_gateway_settings_the_operator_was_given_reach_the_gateway_section_a
         "MCPG_LEADER_ELECTION_ENABLED": "false",
         "MCPG_GATEWAY_LIMITS": '{"watches_per_principal": 20, "header_timeout_s": 5}',
         "MCPG_GATEWAY_SUBSCRIPTIONS": '{"idle_after_s": 600, "slow_interval_ms": 120000}',
+        "MCPG_GATEWAY_LIVENESS": '{"interval_s": 30}',
         "MCPG_GATEWAY_SERVER_CARD": "false",
     }
     plan = render.plan([hook("a", "t")], tokens(t=TokenState(current="x")), {}, settings.load(env).gateway)
@@ -332,11 +333,13 @@ def test_the_gateway_settings_the_operator_was_given_reach_the_gateway_section_a
     # Only the keys given: the others stay the gateway's defaults, not a copy of them taken today.
     assert gateway["limits"] == {"watches_per_principal": 20, "header_timeout_s": 5.0}
     assert gateway["subscriptions"] == {"idle_after_s": 600.0, "slow_interval_ms": 120000}
+    assert gateway["liveness"] == {"interval_s": 30.0}
     assert gateway["server"] == {"allowed_origins": [], "server_card": False}
     loaded = check.load(plan.config, environ={}).gateway
     assert loaded.limits == config.LimitsConfig(watches_per_principal=20, header_timeout_s=5)
     assert loaded.subscriptions == config.SubscriptionsConfig(idle_after_s=600, slow_interval_ms=120_000)
     assert loaded.server.server_card is False
+    assert loaded.liveness == config.LivenessConfig(interval_s=30)
 
 
 @pytest.mark.parametrize("card", [True, False])

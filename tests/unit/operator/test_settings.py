@@ -175,6 +175,12 @@ def test_a_bad_gateway_limit_stops_the_start_with_one_line_naming_the_variable_a
     assert str(caught.value) == "MCPG_GATEWAY_LIMITS: watches_per_principal: Input should be greater than or equal to 1"
 
 
+def test_a_bad_liveness_setting_names_the_variable_and_the_key() -> None:
+    with pytest.raises(settings.SettingsError) as caught:
+        settings.load({**POD, "MCPG_GATEWAY_LIVENESS": '{"timeout_s": 0}'})
+    assert str(caught.value) == "MCPG_GATEWAY_LIVENESS: timeout_s: Input should be greater than 0"
+
+
 def test_every_bad_variable_is_named_at_once() -> None:
     env = {"MCPG_RESYNC_SECONDS": "x", "MCPG_GATEWAY_REPLICAS": "three", "MCPG_GATEWAY_SERVICE_TYPE": "Ingress"}
     with pytest.raises(settings.SettingsError) as caught:
