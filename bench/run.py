@@ -1,6 +1,6 @@
 """mcpg benchmarks: every figure is a ratio against a reference measured in the same run on the same machine.
 
-    python bench/run.py            # the full suite (about 8 minutes on 2 cores)
+    python bench/run.py            # the full suite (about 15 minutes on 2 cores)
     python bench/run.py --smoke    # every scenario at a tiny size, a few minutes
     python bench/run.py --only fanout,ingest
 
@@ -46,6 +46,9 @@ FULL = {
     "mem_sessions": 1000,
     "mem_per_session": 10,
     "mem_pool": 1000,
+    "capacity_sessions": 10000,
+    "capacity_per_session": 10,
+    "capacity_pool": 1000,
     "namespaces": 20,
     "per_ns": 10,
     "replicas": 1,
@@ -73,6 +76,9 @@ SMOKE = {
     "mem_sessions": 4,
     "mem_per_session": 2,
     "mem_pool": 4,
+    "capacity_sessions": 8,
+    "capacity_per_session": 2,
+    "capacity_pool": 4,
     "namespaces": 2,
     "per_ns": 1,
     "replicas": 1,
@@ -89,7 +95,7 @@ SMOKE = {
     "scaleout_lease_ttl_s": 1.0,
     "scaleout_takeovers": 1,
 }
-SCENARIOS = ("fanout", "ingest", "polling", "memory", "operator", "scaleout")
+SCENARIOS = ("fanout", "ingest", "polling", "memory", "capacity", "operator", "scaleout")
 
 
 def run(only: list[str], p: dict[str, Any], smoke: bool, workdir: Path) -> dict[str, Any]:
@@ -117,6 +123,9 @@ def run(only: list[str], p: dict[str, Any], smoke: bool, workdir: Path) -> dict[
     if "memory" in only:
         args2 = (workdir, p["mem_sessions"], p["mem_per_session"], p["mem_pool"])
         timed("memory", lambda: fanout.run_memory(*args2))
+    if "capacity" in only:
+        args3 = (workdir, p["capacity_sessions"], p["capacity_per_session"], p["capacity_pool"])
+        timed("capacity", lambda: fanout.run_capacity(*args3))
     if "operator" in only:
         sizes = (p["namespaces"], p["per_ns"], p["rotations"], p["replicas"], p["rotation_replicas"], p["warmup"])
         timed("operator", lambda: convergence.run(workdir, *sizes))

@@ -24,13 +24,18 @@ def test_bench_smoke_mode_yields_every_figure_and_its_reference(tmp_path: Path) 
     for size, row in results["fanout"]["sizes"].items():
         assert row["gateway"]["p99_ms"] > 0, size
         assert row["reference"]["p99_ms"] > 0, size
-        assert row["gateway"]["posts"] == row["reference"]["posts"] > 0
+        assert row["wire"]["p99_ms"] > 0, size
+        assert row["gateway"]["cpu_ms_per_fire"] > 0, size
+        assert row["gateway"]["posts"] == row["reference"]["posts"] == row["wire"]["posts"] > 0
     assert results["ingest"]["gateway"]["rps"] > 0
     assert results["ingest"]["reference"]["rps"] > 0
     assert results["polling"]["gateway"]["polls"] > 0
     assert results["polling"]["reference"]["polls"] > 0
     assert results["memory"]["gateway"]["rss_mb"] > 0
     assert results["memory"]["reference"]["rss_mb"] > 0
+    assert results["memory"]["wire"]["rss_mb"] > 0
+    assert results["capacity"]["gateway"]["rss_mb"] > 0
+    assert results["capacity"]["sessions"] == 8
     convergence = results["convergence"]
     assert convergence["gateway"]["converged_s"] > 0
     assert convergence["reference"]["kubectl_apply_s"] > 0
