@@ -38,10 +38,10 @@ def build(port: int) -> Starlette:
         subscribers.setdefault(str(params.uri), set()).add(ctx.session)
         return types.EmptyResult()
 
-    server: Server[Any] = Server(
-        "bench-reference", on_subscribe_resource=subscribe, on_subscriptions_listen=ListenHandler(bus)
-    )
-    manager = StreamableHTTPSessionManager(server, stateless=False)
+    # The SDK's default caps (1,024 listen streams, and its session cap) are lifted, as the gateway's are in bench.
+    listen = ListenHandler(bus, max_subscriptions=100_000)
+    server: Server[Any] = Server("bench-reference", on_subscribe_resource=subscribe, on_subscriptions_listen=listen)
+    manager = StreamableHTTPSessionManager(server, stateless=False, max_sessions=100_000)
     tasks: set[asyncio.Task[None]] = set()
 
     async def send(session: Any, uri: str) -> None:
