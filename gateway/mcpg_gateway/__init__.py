@@ -20,12 +20,17 @@ Module map (a request's path through it, top to bottom):
     policy          read policies and notification filters, evaluated fail-closed
     reader          reading a resource through its backend binding: capped, no redirects off-origin, no cookies,
                     a queue of connections per upstream origin
-    watchers        one watcher per subscribed URI; a fire offers the URI to each subscriber's outbox
+    watchers        one watcher per subscribed URI; a fire tells each subscriber its audience admits, once
     bus             N gateways as one (gateway.bus): fires published once on NATS, told by every process
     ownership       pull watches read by one gateway for all: leases, stored state, handover, self-fencing
     buckets         the bus's key-value buckets (<bucket>-owners, <bucket>-state), created if missing
     peers           what the other gateways on the bus say of their event sources, which /readyz weighs
     subscribers     subscribers, their outboxes, and the one owner of their lifecycle
+    delivery        a fire's notification written to each subscriber's stream in the fire's own turn, or left to
+                    that subscriber's own task when it is behind (the outbox rule)
+    frames          notifications/resources/updated as SSE bytes, encoded once per fire; the SDK's bytes
+    streams         the /mcp SSE streams notifications are written to, found beside the SDK that owns them
+    eager           run a coroutine in the caller's turn, and give it a task only if it has to wait
     strategies/     poll, nats_topic, postgres_listen_notify, sql_polling (+ sql_values, its state as text),
                     plugin (entry points), memory (tests)
     backoff         the one retry rhythm: 1, 2, 5, 10, then every 30 s

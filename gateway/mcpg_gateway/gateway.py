@@ -30,6 +30,7 @@ from mcpg_gateway import (
     policy,
     reader,
     strategies,
+    streams,
     subscribers,
     watchers,
     webhooks,
@@ -96,6 +97,8 @@ class Gateway:
         self.subscribers = subscribers.Subscribers(
             self.metrics.subscribers, self._watches.drop, limits.Streams(cfg.gateway.limits)
         )
+        self.streams = streams.Streams()
+        """The SSE streams of /mcp that notifications are written to (`streams.py`, `delivery.py`)."""
 
     def _bus(self, cfg: config.BusConfig | None) -> bus.Bus | None:
         if cfg is None:
@@ -191,6 +194,10 @@ class Gateway:
     def watch_meta(self, sub: subscribers.Subscriber, uri: str) -> dict[str, Any]:
         """What a notification of `uri` to `sub` carries in `_meta` about its watch."""
         return self._watches.watch_meta(sub, uri)
+
+    def watch_member(self, sub: subscribers.Subscriber, uri: str) -> bytes:
+        """The same, as the encoded `_meta` member a notification's frame carries (`frames.py`)."""
+        return self._watches.watch_member(sub, uri)
 
     def cadence_s(self, watcher: watchers.Watcher) -> float | None:
         """How often `watcher` reads now, its subscribers' leases considered (None for a push watch)."""

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from mcpg_gateway import frames
 from mcpg_gateway.contract import config
 from mcpg_gateway.endings import WATCH_META_KEY
 from mcpg_gateway.subscribers import Subscriber
@@ -55,16 +56,42 @@ class Terms:
 
     def watch_meta(self, sub: Subscriber, now: float, poll_interval_s: float | None) -> dict[str, Any]:
         """`_meta["dev.mcpg/watch"]` for a notification to `sub`. `poll_interval_s` is None for a push watch."""
-        slow = self.is_slow(sub, now)
+        slow, renew_by = self._lease(sub, now, time.time())
+        return {WATCH_META_KEY: self._state(slow, renew_by, poll_interval_s)}
+
+    def _lease(self, sub: Subscriber, now: float, wall: float) -> tuple[bool, int]:
+        """Whether `sub` is slowed, and when it must renew to stay (or become again) active, in whole wall seconds."""
         since = self.slowed_since(sub)
         renew_by = since if since is not None else now + self.idle_after_s
-        state: dict[str, Any] = {"state": "slow" if slow else "active", "renewBy": _iso(renew_by - now)}
+        return since is not None and now >= since, int(wall + renew_by - now)  # the schedule's clock is monotonic
+
+    def _state(self, slow: bool, renew_by: int, poll_interval_s: float | None) -> dict[str, Any]:
+        state: dict[str, Any] = {"state": "slow" if slow else "active", "renewBy": _iso(renew_by)}
         if poll_interval_s is not None:
             state["pollIntervalMs"] = round(self.interval_s(poll_interval_s, slow) * 1000)
         state["renewedByActivity"] = True
-        return {WATCH_META_KEY: state}
+        return state
 
 
-def _iso(seconds_from_now: float) -> str:
-    """A wall-clock instant, `seconds_from_now` away, as RFC 3339 UTC (the schedule's clock is monotonic)."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + seconds_from_now))
+class WatchMembers:
+    """One fire's `_meta["dev.mcpg/watch"]` members as JSON bytes (`frames.py`), each encoded once: subscribers
+    whose leases read alike (every listen stream; sessions last active in the same second) share the bytes."""
+
+    __slots__ = ("_encoded", "_now", "_poll_interval_s", "_terms", "_wall")
+
+    def __init__(self, terms: Terms, now: float, poll_interval_s: float | None) -> None:
+        self._terms, self._now, self._wall, self._poll_interval_s = terms, now, time.time(), poll_interval_s
+        self._encoded: dict[tuple[bool, int], bytes] = {}
+
+    def __call__(self, sub: Subscriber) -> bytes:
+        lease = self._terms._lease(sub, self._now, self._wall)
+        encoded = self._encoded.get(lease)
+        if encoded is None:
+            state = self._terms._state(*lease, self._poll_interval_s)
+            encoded = self._encoded[lease] = frames.member(WATCH_META_KEY, state)
+        return encoded
+
+
+def _iso(wall_s: int) -> str:
+    """A wall-clock instant as RFC 3339 UTC."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall_s))

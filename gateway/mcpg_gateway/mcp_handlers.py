@@ -11,6 +11,10 @@ about the URI, so a refusal is word for word the "unknown resource" error: it ca
 Limits (`limits.py`) are decided before any upstream read; refusals carry the codes in `errors.py`. A listen
 stream the gateway ends says why in its result (`endings.py`); every notification carries its watch's state
 (`lease.py`), and every request served on a session renews that session's lease.
+
+Notifications over Streamable HTTP are written by the fan-out itself, to the response stream of the listen
+request or to the session's GET stream (`delivery.py`); off HTTP (stdio) the SDK writes them, from each
+subscriber's outbox, in a task of its own.
 """
 
 from __future__ import annotations
@@ -29,8 +33,9 @@ from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 
-from mcpg_gateway import card, catalog, errors, limits, tracing
+from mcpg_gateway import card, catalog, errors, limits, streams, tracing
 from mcpg_gateway.contract import uris
+from mcpg_gateway.delivery import NOTIFY_SPAN, Delivery
 from mcpg_gateway.errors import ReadError, StrategyError
 from mcpg_gateway.gateway import Gateway
 from mcpg_gateway.identity import Principal
@@ -43,8 +48,6 @@ DISTRIBUTION = "mcpg-watch"
 
 Ctx = ServerRequestContext[Any, Any]
 _SESSION_KEY = "mcpg.subscriber"
-NOTIFY_SPAN = "mcpg.notify"
-"""One notifications/resources/updated written to one subscriber: a child of the fire that caused it."""
 
 T = TypeVar("T")
 
@@ -150,6 +153,9 @@ class _Handlers:
         sub = self._refusing("subscriptions/listen", lambda: self.gw.open_subscriber("listen", principal))
         sub.list_changed = bool(params.notifications.resources_list_changed)
         meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: rid}
+        stream = streams.of_request(ctx.request)
+        if stream is not None:  # over Streamable HTTP: fires write to the response stream (`delivery.py`)
+            sub.delivery = self._delivery(sub, lambda: stream, subscription_id=rid)
         try:
             await self._join(bindings, sub, "subscriptions/listen")
             honored = types.SubscriptionFilter(
@@ -162,13 +168,20 @@ class _Handlers:
                 ),
                 related_request_id=rid,
             )
-            await self._drain(sub, ctx, meta, rid)
+            if stream is not None and sub.delivery is not None:
+                await stream.wait_flushed()  # no notification may overtake the acknowledgement
+                sub.delivery.ready()
+                await sub.outbox.wait_closed()
+                await sub.delivery.flush()  # what is pending goes out before the result ends the stream
+            else:
+                await self._drain(sub, ctx, meta, rid)
         finally:
             self.gw.subscribers.close(sub)
         ending = sub.ending.meta() if sub.ending is not None else {}
         return types.SubscriptionsListenResult(_meta={**meta, **ending})
 
     async def _drain(self, sub: Subscriber, ctx: Ctx, meta: dict[str, Any], rid: types.RequestId) -> None:
+        """Off HTTP (stdio): the SDK writes each notification, from this stream's outbox."""
         while True:
             try:
                 pending = await sub.outbox.take()
@@ -181,6 +194,12 @@ class _Handlers:
             with tracing.span(NOTIFY_SPAN, _notify_attributes(sub, pending), parent=pending.trace):
                 await ctx.session.send_notification(note, related_request_id=rid)
             self.gw.metrics.notifications_sent.labels(strategy).inc()
+
+    def _delivery(
+        self, sub: Subscriber, stream: Callable[[], streams.Stream | None], subscription_id: types.RequestId | None
+    ) -> Delivery:
+        gw = self.gw
+        return Delivery(sub, stream, gw.metrics, gw.options.send_timeout_s, gw.watch_member, subscription_id)
 
     def _caller(self) -> Principal:
         principal = self.gw.identity.current()
@@ -252,19 +271,26 @@ class _Handlers:
             return sub
         sub = self.gw.open_subscriber("session", principal)
         conn.state[_SESSION_KEY] = sub
-        sender = asyncio.create_task(self._send_loop(sub, ctx.session), name=f"mcpg session sender {sub.id}")
+        session_id = streams.session_id(ctx.request)
+        if session_id is not None:  # over Streamable HTTP: fires write to the session's GET stream (`delivery.py`)
+            sub.delivery = self._delivery(sub, lambda: self.gw.streams.of_session(session_id), subscription_id=None)
+            sender = None
+        else:
+            sender = asyncio.create_task(self._send_loop(sub, ctx.session), name=f"mcpg session sender {sub.id}")
 
         async def on_close() -> None:
             # The SDK unwinds this stack when the session ends: DELETE, idle timeout, crash or shutdown.
             self.gw.subscribers.close(sub)
-            sender.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sender
+            if sender is not None:
+                sender.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await sender
 
         conn.exit_stack.push_async_callback(on_close)
         return sub
 
     async def _send_loop(self, sub: Subscriber, session: Any) -> None:
+        """Off HTTP (stdio): the SDK writes each notification, from this session's outbox."""
         timeout = self.gw.options.send_timeout_s
         while True:
             try:

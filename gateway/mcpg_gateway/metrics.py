@@ -45,7 +45,8 @@ class Metrics:
         )
         self.notifications_dropped = Counter(
             "mcpg_watch_notifications_dropped_total",
-            "Notifications not delivered because the subscriber's stream did not accept them in time",
+            "Notifications not delivered: the subscriber's stream did not accept them in time, or a handshake-era "
+            "session had no GET stream open",
             ["strategy"],
             registry=r,
         )

@@ -36,9 +36,9 @@ def build(gw: Gateway, manager: StreamableHTTPSessionManager) -> ASGIApp:
     """The webhook route (plain ASGI, see webhooks.py) in front of a Starlette app for the rest."""
     server = gw.config.gateway.server
     # Behind authentication, so the session limit knows whose session a request would open (`sessions.py`).
-    sessions_app = sessions.SessionLimit(
-        StreamableHTTPASGIApp(manager), manager, gw.config.gateway.limits.sessions_per_principal, gw.metrics
-    )
+    # Innermost, so each request's stream is the SDK's own response (`streams.py`).
+    sdk_app = gw.streams.capture(StreamableHTTPASGIApp(manager))
+    sessions_app = sessions.SessionLimit(sdk_app, manager, gw.config.gateway.limits.sessions_per_principal, gw.metrics)
     mcp_endpoint = origins.OriginGuard(identity.protect(sessions_app, gw.identity, gw.metrics), server.allowed_origins)
     routes = [
         Route("/mcp", endpoint=mcp_endpoint),

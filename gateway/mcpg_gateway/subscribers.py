@@ -1,8 +1,10 @@
 """Subscribers: the parties a fired watch tells, each with its own outbox, and the one owner of their lifecycle.
 
-Fan-out only ever offers a URI to an outbox, which never blocks; each subscriber's own task does the slow
-part (writing to its stream). A notification is a level trigger ("re-read this"), so an outbox holds each
-pending URI once: a subscriber that stops reading costs one entry per watched URI, never a growing queue.
+Fan-out never blocks on a subscriber. Over Streamable HTTP it writes to the subscriber's stream at once when
+the stream takes the bytes without waiting (`delivery.py`); a subscriber that is behind, or one without such
+a stream (stdio, or built outside MCP), gets the URI in its outbox, and a task of its own does the slow part.
+A notification is a level trigger ("re-read this"), so an outbox holds each pending URI once: a subscriber
+that stops reading costs one entry per watched URI, never a growing queue.
 `Subscribers` opens and closes them: a close is an implicit unsubscribe from everything, exactly once. A listen
 stream is counted against the listen limits when it opens (`limits.Streams`), and one the gateway ends carries
 its `ending` into the stream's result.
@@ -14,13 +16,16 @@ import asyncio
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from prometheus_client import Gauge
 
 from mcpg_gateway import limits, tracing
 from mcpg_gateway.endings import Ending
 from mcpg_gateway.identity import Principal
+
+if TYPE_CHECKING:
+    from mcpg_gateway.delivery import Delivery
 
 _ids = itertools.count(1)
 
@@ -33,26 +38,35 @@ class OutboxClosed(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Pending:
-    """A URI to notify, the strategy that fired it, and the fire's trace context (its notify span's parent)."""
+    """One fire's notification: the URI, the strategy that fired it, the fire's trace context (its notify spans'
+    parent), and its frame from the `_meta` members on (`frames.after_meta`), shared by every subscriber told."""
 
     uri: str
     strategy: str
     trace: tracing.Parent | None = None
+    after_meta: bytes = b""
 
 
 class Outbox:
+    __slots__ = ("_closed", "_pending", "_wake")
+
     def __init__(self) -> None:
         self._pending: dict[str, Pending] = {}  # insertion-ordered
-        self._wake = asyncio.Event()
+        self._wake: asyncio.Event | None = None  # made when a task first waits: most outboxes are never waited on
         self._closed = False
 
     def offer(self, uri: str, strategy: str, trace: tracing.Parent | None = None) -> bool:
         """Queue `uri` unless already pending (then the first fire's trace keeps it). False once closed."""
+        return self.offer_pending(Pending(uri, strategy, trace))
+
+    def offer_pending(self, pending: Pending) -> bool:
+        """Queue `pending` unless its URI is already pending (then the first fire's keeps it). False once closed."""
         if self._closed:
             return False
-        if uri not in self._pending:
-            self._pending[uri] = Pending(uri, strategy, trace)
-        self._wake.set()
+        if pending.uri not in self._pending:
+            self._pending[pending.uri] = pending
+        if self._wake is not None:
+            self._wake.set()
         return True
 
     async def get(self) -> tuple[str, str]:
@@ -64,14 +78,29 @@ class Outbox:
         while not self._pending:
             if self._closed:
                 raise OutboxClosed
-            self._wake.clear()
-            await self._wake.wait()
+            await self._wait()
         return self._pending.pop(next(iter(self._pending)))
+
+    def pop(self) -> Pending | None:
+        """The oldest pending URI, or None: never waits."""
+        return self._pending.pop(next(iter(self._pending))) if self._pending else None
+
+    async def wait_closed(self) -> None:
+        """Until `close` (what is pending stays, for a last write)."""
+        while not self._closed:
+            await self._wait()
+
+    async def _wait(self) -> None:
+        if self._wake is None:
+            self._wake = asyncio.Event()
+        self._wake.clear()
+        await self._wake.wait()
 
     def close(self) -> None:
         """Stop accepting; `get` drains what is pending, then raises `OutboxClosed`."""
         self._closed = True
-        self._wake.set()
+        if self._wake is not None:
+            self._wake.set()
 
     @property
     def closed(self) -> bool:
@@ -82,7 +111,7 @@ class Outbox:
         return len(self._pending)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Subscriber:
     """A legacy session (resources/subscribe) or one subscriptions/listen stream."""
 
@@ -101,6 +130,8 @@ class Subscriber:
     """A listen stream that also carries a list-changed subscription is never ended for its URIs alone."""
     ending: Ending | None = None
     """Why the gateway ended this listen stream, said in its result; None while open or when the client ended it."""
+    delivery: Delivery | None = None
+    """How fires reach it over Streamable HTTP (`delivery.py`); None on stdio and outside MCP: its outbox's task."""
 
     @property
     def principal_id(self) -> str:
@@ -137,6 +168,8 @@ class Subscribers:
             sub.active = False
             self._gauge.labels(sub.kind).dec()
         sub.outbox.close()
+        if sub.delivery is not None:
+            sub.delivery.stop()
         self._on_close(sub)
 
     @property

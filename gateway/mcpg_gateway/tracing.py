@@ -94,9 +94,14 @@ def span(
     (context attach and detach), three or more on every webhook. An error leaving the block marks the span
     failed by the error's type alone, never its message (which can carry upstream text): the SDK's own
     recording, message and traceback included, is turned off."""
-    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+    if not enabled():
         return _OFF
     return _recorded(name, attributes, kind, parent)
+
+
+def enabled() -> bool:
+    """Whether spans are recorded: a provider is installed. The fan-out asks before it builds a span's attributes."""
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
 
 
 _OFF = nullcontext(trace.INVALID_SPAN)

@@ -26,13 +26,14 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from mcpg_gateway import audit, backoff, catalog, lease, limits, liveness, tracing
+from mcpg_gateway import audit, backoff, catalog, frames, lease, limits, liveness, tracing
 from mcpg_gateway.contract import config
+from mcpg_gateway.delivery import Outcome
 from mcpg_gateway.endings import Ending
 from mcpg_gateway.errors import StrategyError, WatchGone
 from mcpg_gateway.metrics import Metrics
 from mcpg_gateway.strategies import base
-from mcpg_gateway.subscribers import Subscriber
+from mcpg_gateway.subscribers import Pending, Subscriber
 
 logger = logging.getLogger(__name__)
 
@@ -187,9 +188,19 @@ class WatchRegistry:
 
     def watch_meta(self, sub: Subscriber, uri: str) -> dict[str, Any]:
         """The `_meta` of a notification of `uri` to `sub`: its watch's state (`lease.Terms.watch_meta`)."""
+        return self.terms.watch_meta(sub, self._clock.now(), self._poll_interval_s(uri))
+
+    def watch_member(self, sub: Subscriber, uri: str) -> bytes:
+        """The same, as the encoded `_meta` member a frame carries (`frames.py`)."""
+        return self._watch_members(uri)(sub)
+
+    def _watch_members(self, uri: str) -> lease.WatchMembers:
+        return lease.WatchMembers(self.terms, self._clock.now(), self._poll_interval_s(uri))
+
+    def _poll_interval_s(self, uri: str) -> float | None:
         watcher = self._watchers.get(uri)
         pull = watcher.pull if watcher is not None else None
-        return self.terms.watch_meta(sub, self._clock.now(), pull.interval_s if pull is not None else None)
+        return pull.interval_s if pull is not None else None
 
     def cadence_s(self, watcher: Watcher) -> float | None:
         """How often `watcher` reads now (None for a push watch)."""
@@ -210,14 +221,29 @@ class WatchRegistry:
             if watcher is not None:
                 watcher.last_fired = time.time()
                 told = [s for s in subs if self._audience(watcher.binding, s)]
-            parent = tracing.current()  # each notify span, sent later by its subscriber's task, is this one's child
-            offered = sum(1 for s in told if s.outbox.offer(uri, strategy, parent))
+            # Each notify span is this one's child, though one written later by its subscriber's task.
+            pending = Pending(uri, strategy, tracing.current(), frames.after_meta(uri)) if told else None
+            offered = self._deliver(told, pending) if pending is not None else 0
             span.set_attributes({tracing.SUBSCRIBERS: len(subs), tracing.NOTIFIED: offered})
             self._metrics.fired.labels(strategy).inc()
             if len(told) < len(subs):
                 self._metrics.notifications_filtered.labels(strategy).inc(len(subs) - len(told))
             audit.watch_fired(uri, strategy, len(subs))
             return offered
+
+    def _deliver(self, told: list[Subscriber], pending: Pending) -> int:
+        """Write `pending` to each of `told` (`delivery.py`), or offer it to their outboxes; how many were offered
+        it (all but those going away). What was written here is counted here, once for the fire."""
+        watch_member = self._watch_members(pending.uri)
+        outcomes = collections.Counter(
+            (sub.delivery.deliver(pending, watch_member(sub)) if sub.delivery is not None else _offered(sub, pending))
+            for sub in told
+        )
+        if written := outcomes[Outcome.WRITTEN]:
+            self._metrics.notifications_sent.labels(pending.strategy).inc(written)
+        if missing := outcomes[Outcome.NO_STREAM]:
+            self._metrics.notifications_dropped.labels(pending.strategy).inc(missing)
+        return len(told) - outcomes[Outcome.CLOSED]
 
     async def close(self) -> None:
         if self._reaper is not None:
@@ -450,3 +476,8 @@ def build_with(
         return build(spec, ctx)
 
     return builder
+
+
+def _offered(sub: Subscriber, pending: Pending) -> Outcome:
+    """A subscriber without a delivery (stdio, or built outside MCP): its own task reads its outbox."""
+    return Outcome.QUEUED if sub.outbox.offer_pending(pending) else Outcome.CLOSED

@@ -1,0 +1,149 @@
+"""The SSE streams of /mcp that notifications are written to: found beside the SDK, which owns them.
+
+The SDK opens every stream, pings it and ends it; the gateway only adds `notifications/resources/updated`
+frames to it (`delivery.py`), straight to the ASGI `send` the response goes out through, instead of through the
+SDK's per-message objects, queues and tasks. `Streams.capture` is the ASGI middleware in front of the SDK's app
+that makes this possible: per /mcp request it keeps that `send` and how far the response has got in a `Stream`,
+reachable from the request's scope (the MCP handlers get it from their request context), and it indexes every
+handshake-era GET stream the SDK accepted by its session id, for as long as it is open.
+
+A frame is written whole or not at all (each `send` is one HTTP chunk), so frames written here and messages
+the SDK writes on the same stream never interleave within a frame. A write comes after the response has
+started (and, for a listen stream, after its acknowledgement went out), and none after its end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from mcpg_gateway import eager
+
+logger = logging.getLogger(__name__)
+
+SCOPE_KEY = "mcpg.stream"
+SESSION_HEADER = b"mcp-session-id"
+EVENT_STREAM = b"text/event-stream"
+
+
+class Stream:
+    """One /mcp response: the `send` it goes out through, and whether notifications may be written to it now."""
+
+    __slots__ = ("_flushed_waiter", "_send", "ended", "flushed", "started")
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self.started = False
+        """The SDK sent the response's status and headers: an SSE stream (200, `text/event-stream`)."""
+        self.flushed = False
+        """And at least one body chunk after them (a listen stream's acknowledgement)."""
+        self.ended = False
+        """The response is complete, or its request is over: nothing more may be written."""
+        self._flushed_waiter: asyncio.Future[None] | None = None
+
+    @property
+    def writable(self) -> bool:
+        return self.started and not self.ended
+
+    def write(self, frame: bytes) -> asyncio.Task[None] | None:
+        """Write one SSE frame: at once if the connection takes it without waiting (None), else the task still
+        writing it. A stream found to be over is marked ended and the frame is not written (None)."""
+        message = {"type": "http.response.body", "body": frame, "more_body": True}
+        try:
+            return eager.start(self._send(message))
+        except Exception as e:  # the response completed under us (RuntimeError from the server): it is over
+            logger.debug("notification not written, the stream is over: %s", type(e).__name__)
+            self.ended = True
+            return None
+
+    async def wait_flushed(self) -> None:
+        """Until the first body chunk after the headers has gone out (bounded by the request's own life)."""
+        if self.flushed or self.ended:
+            return
+        if self._flushed_waiter is None:
+            self._flushed_waiter = asyncio.get_running_loop().create_future()
+        await asyncio.shield(self._flushed_waiter)
+
+    def _observe(self, message: Message) -> None:
+        """After `message` went out: what it changed."""
+        if message["type"] == "http.response.start":
+            self.started = message["status"] == 200 and _is_event_stream(message.get("headers", ()))
+        elif message["type"] == "http.response.body" and self.started:
+            self.flushed = True
+            if self._flushed_waiter is not None and not self._flushed_waiter.done():
+                self._flushed_waiter.set_result(None)
+
+    def _end(self) -> None:
+        self.ended = True
+        if self._flushed_waiter is not None and not self._flushed_waiter.done():
+            self._flushed_waiter.set_result(None)
+
+
+class Streams:
+    """The open handshake-era GET streams by session id, and the middleware that keeps them."""
+
+    def __init__(self) -> None:
+        self._by_session: dict[str, Stream] = {}
+
+    def of_session(self, session_id: str) -> Stream | None:
+        """The session's open GET stream, if it has one now."""
+        return self._by_session.get(session_id)
+
+    @property
+    def open_sessions(self) -> int:
+        return len(self._by_session)
+
+    def capture(self, app: ASGIApp) -> ASGIApp:
+        """`app` (the SDK's /mcp app), each request's `Stream` kept in its scope under `SCOPE_KEY`."""
+
+        async def captured(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] != "http":
+                await app(scope, receive, send)
+                return
+            stream = Stream(send)
+            scope[SCOPE_KEY] = stream
+            session_id = _header(scope, SESSION_HEADER) if scope["method"] == "GET" else None
+
+            async def observed(message: Message) -> None:
+                if message["type"] == "http.response.body" and not message.get("more_body", False):
+                    stream.ended = True  # its last chunk: no frame may follow it
+                await send(message)
+                stream._observe(message)
+                if session_id is not None and message["type"] == "http.response.start" and stream.started:
+                    self._by_session[session_id] = stream  # the SDK accepted it as the session's GET stream
+
+            try:
+                await app(scope, receive, observed)
+            finally:
+                stream._end()
+                if session_id is not None and self._by_session.get(session_id) is stream:
+                    del self._by_session[session_id]
+
+        return captured
+
+
+def of_request(request: Any) -> Stream | None:
+    """The `Stream` of the HTTP request an MCP handler serves (its context's `request`); None off HTTP (stdio)."""
+    scope = getattr(request, "scope", None)
+    stream = scope.get(SCOPE_KEY) if isinstance(scope, dict) else None
+    return stream if isinstance(stream, Stream) else None
+
+
+def session_id(request: Any) -> str | None:
+    """The `Mcp-Session-Id` of the HTTP request an MCP handler serves; None off HTTP or without one."""
+    scope = getattr(request, "scope", None)
+    return _header(scope, SESSION_HEADER) if isinstance(scope, dict) else None
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key.lower() == name:
+            return str(value.decode("latin-1"))
+    return None
+
+
+def _is_event_stream(headers: Any) -> bool:
+    return any(k.lower() == b"content-type" and v.split(b";")[0].strip() == EVENT_STREAM for k, v in headers)
