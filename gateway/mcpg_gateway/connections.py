@@ -41,6 +41,8 @@ OTHER_FDS = 128
 ACCEPT_SLACK = 64
 """Per port: sockets the guard closed whose descriptors asyncio releases one loop pass later."""
 MIN_CAP = 16
+ADMIN_WHEN_SHORT = 256
+"""The admin port's cap when descriptors are too few for both ports at the configured cap."""
 LOG_EVERY_S = 10.0
 ACCEPT_ERROR_MESSAGE = "socket.accept() out of system resource"
 """What asyncio's selector loop says when an accept fails with EMFILE, ENFILE, ENOBUFS or ENOMEM."""
@@ -94,26 +96,36 @@ def raise_open_files_limit() -> int:
     return soft
 
 
-def fitting_cap(configured: int, soft: int, ports: int) -> int:
-    """Connections per port such that every port full, plus everything else, fits under `soft` descriptors."""
+def fitting_caps(configured: int, soft: int) -> tuple[int, int]:
+    """The (public, admin) caps such that both ports full, plus everything else, fit under `soft` descriptors.
+
+    Where both fit at `configured`, both get it. Where they do not, the admin port (probes, scrapes, admin calls:
+    a few connections) keeps at most `ADMIN_WHEN_SHORT` and the public port, whose every open SSE stream is a
+    connection, gets the rest: an even split would halve the sessions a pod can hold for no one's benefit.
+    """
     if soft == resource.RLIM_INFINITY:
-        return configured
-    return max(MIN_CAP, min(configured, (soft - OTHER_FDS) // ports - ACCEPT_SLACK))
+        return configured, configured
+    budget = soft - OTHER_FDS - 2 * ACCEPT_SLACK
+    if 2 * configured <= budget:
+        return configured, configured
+    admin = max(MIN_CAP, min(configured, ADMIN_WHEN_SHORT, budget // 2))
+    return max(MIN_CAP, min(configured, budget - admin)), admin
 
 
-def per_port_cap(configured: int, ports: int) -> int:
-    """Raise the open-files limit, then the cap that fits under it; logged if lower than configured."""
+def port_caps(configured: int) -> tuple[int, int]:
+    """Raise the open-files limit, then the (public, admin) caps that fit under it; logged if lower than configured."""
     soft = raise_open_files_limit()
-    cap = fitting_cap(configured, soft, ports)
-    if cap < configured:
+    public, admin = fitting_caps(configured, soft)
+    if public < configured or admin < configured:
         logger.warning(
-            "connection cap lowered from %d to %d per port: %d ports must fit under an open files limit of %d",
+            "connection caps lowered from %d to %d (public port) and %d (admin port) to fit under an open files "
+            "limit of %d",
             configured,
-            cap,
-            ports,
+            public,
+            admin,
             soft,
         )
-    return cap
+    return public, admin
 
 
 class Guard:

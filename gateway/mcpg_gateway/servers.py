@@ -72,10 +72,10 @@ def _uvicorn(app: object, graceful_s: int, guard: connections.Guard) -> _Server:
 
 
 def _guards(gw: Gateway) -> tuple[connections.Guard, connections.Guard]:
-    """The public and admin ports' guards, each capped so that both fit under the open-files limit."""
+    """The public and admin ports' guards, capped so that both fit under the open-files limit."""
     limits = gw.config.gateway.limits
-    cap = connections.per_port_cap(limits.connections, ports=2)
-    return connections.Guard("public", cap, limits, gw.metrics), connections.Guard("admin", cap, limits, gw.metrics)
+    public, admin = connections.port_caps(limits.connections)
+    return connections.Guard("public", public, limits, gw.metrics), connections.Guard("admin", admin, limits, gw.metrics)
 
 
 async def serve(

@@ -483,7 +483,8 @@ class LimitsConfig(_Model):
     """Stateful MCP sessions in the whole gateway (10000 by default)."""
     connections: int = Field(default=4096, ge=16)
     """Open TCP connections per port (public and admin each). At the cap the connection idle longest (no request
-    in flight) is closed to make room; with none idle the new one is closed."""
+    in flight) is closed to make room; with none idle the new one is closed. Lowered to fit the process's open
+    files limit; when both ports do not fit, the admin port keeps 256 and the public port gets the rest."""
     header_timeout_s: float = Field(default=10.0, gt=0, le=300)
     """How long a connection may take to send a request's headers (also the wait for the next request on a
     kept-alive connection)."""

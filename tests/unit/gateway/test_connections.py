@@ -301,12 +301,20 @@ async def test_a_session_beyond_sessions_total_is_refused_with_503(gateway_facto
     assert (first.status_code, second.status_code) == (200, 503)
 
 
-def test_the_per_port_cap_fits_both_ports_under_the_open_files_limit() -> None:
-    assert connections.fitting_cap(4096, 1024, ports=2) == 384
-    assert 2 * (384 + connections.ACCEPT_SLACK) + connections.OTHER_FDS == 1024
-    assert connections.fitting_cap(4096, 1_048_576, ports=2) == 4096
-    assert connections.fitting_cap(4096, resource.RLIM_INFINITY, ports=2) == 4096
-    assert connections.fitting_cap(4096, 200, ports=2) == connections.MIN_CAP
+def test_the_port_caps_fit_both_ports_under_the_open_files_limit() -> None:
+    assert connections.fitting_caps(4096, 1_048_576) == (4096, 4096)
+    assert connections.fitting_caps(4096, resource.RLIM_INFINITY) == (4096, 4096)
+    fits = 2 * (4096 + connections.ACCEPT_SLACK) + connections.OTHER_FDS
+    assert connections.fitting_caps(4096, fits) == (4096, 4096)
+    assert connections.fitting_caps(4096, 200) == (connections.MIN_CAP, connections.MIN_CAP)
+
+
+@pytest.mark.parametrize("soft", [1024, 20_000, 8_000])
+def test_short_of_descriptors_the_public_port_gets_all_but_what_the_admin_port_needs(soft: int) -> None:
+    """Every open SSE stream is a public connection; probes and scrapes need a few."""
+    public, admin = connections.fitting_caps(65_536, soft)
+    assert admin == connections.ADMIN_WHEN_SHORT
+    assert public + admin + 2 * connections.ACCEPT_SLACK + connections.OTHER_FDS == soft
 
 
 class Clock:
