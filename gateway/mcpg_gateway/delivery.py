@@ -152,6 +152,10 @@ class Delivery:
             # The connection's buffers stayed full: this client stopped reading. Only it misses out.
             self._metrics.notifications_dropped.labels(pending.strategy).inc()
             return False
+        except Exception as e:  # the response completed while the write waited: the stream is over
+            logger.debug("notification not written, the stream is over: %s", type(e).__name__)
+            self._metrics.notifications_dropped.labels(pending.strategy).inc()
+            return False
         return True
 
 
