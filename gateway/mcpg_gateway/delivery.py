@@ -16,14 +16,13 @@ its join and its acknowledgement waits in its outbox.
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 from collections.abc import Callable
 
 from mcpg_gateway import frames, tracing
 from mcpg_gateway.metrics import Metrics
 from mcpg_gateway.streams import Stream
-from mcpg_gateway.subscribers import Pending, Subscriber
+from mcpg_gateway.subscribers import Outcome, Pending, Subscriber
 
 logger = logging.getLogger(__name__)
 
@@ -32,17 +31,6 @@ NOTIFY_SPAN = "mcpg.notify"
 
 WatchMember = Callable[[Subscriber, str], bytes]
 """The `_meta` member saying the state of `uri`'s watch for a subscriber, as JSON bytes (`lease.py`)."""
-
-
-class Outcome(enum.Enum):
-    WRITTEN = "written"
-    """Written to the stream, there and then."""
-    QUEUED = "queued"
-    """Left to the subscriber's own task (it is behind, or its connection is full): counted when written."""
-    NO_STREAM = "no_stream"
-    """A handshake-era session with no GET stream open: there is nowhere to write it (the SDK drops it too)."""
-    CLOSED = "closed"
-    """The subscriber is going away."""
 
 
 class Delivery:

@@ -154,8 +154,9 @@ class _Handlers:
         sub.list_changed = bool(params.notifications.resources_list_changed)
         meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: rid}
         stream = streams.of_request(ctx.request)
+        delivery = None
         if stream is not None:  # over Streamable HTTP: fires write to the response stream (`delivery.py`)
-            sub.delivery = self._delivery(sub, lambda: stream, subscription_id=rid)
+            sub.delivery = delivery = self._delivery(sub, lambda: stream, subscription_id=rid)
         try:
             await self._join(bindings, sub, "subscriptions/listen")
             honored = types.SubscriptionFilter(
@@ -168,11 +169,11 @@ class _Handlers:
                 ),
                 related_request_id=rid,
             )
-            if stream is not None and sub.delivery is not None:
+            if stream is not None and delivery is not None:
                 await stream.wait_flushed()  # no notification may overtake the acknowledgement
-                sub.delivery.ready()
+                delivery.ready()
                 await sub.outbox.wait_closed()
-                await sub.delivery.flush()  # what is pending goes out before the result ends the stream
+                await delivery.flush()  # what is pending goes out before the result ends the stream
             else:
                 await self._drain(sub, ctx, meta, rid)
         finally:

@@ -75,7 +75,9 @@ def _guards(gw: Gateway) -> tuple[connections.Guard, connections.Guard]:
     """The public and admin ports' guards, capped so that both fit under the open-files limit."""
     limits = gw.config.gateway.limits
     public, admin = connections.port_caps(limits.connections)
-    return connections.Guard("public", public, limits, gw.metrics), connections.Guard("admin", admin, limits, gw.metrics)
+    return connections.Guard("public", public, limits, gw.metrics), connections.Guard(
+        "admin", admin, limits, gw.metrics
+    )
 
 
 async def serve(

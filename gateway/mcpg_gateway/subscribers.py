@@ -13,19 +13,17 @@ its `ending` into the stream's result.
 from __future__ import annotations
 
 import asyncio
+import enum
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 
 from prometheus_client import Gauge
 
 from mcpg_gateway import limits, tracing
 from mcpg_gateway.endings import Ending
 from mcpg_gateway.identity import Principal
-
-if TYPE_CHECKING:
-    from mcpg_gateway.delivery import Delivery
 
 _ids = itertools.count(1)
 
@@ -34,6 +32,27 @@ Kind = Literal["session", "listen"]
 
 class OutboxClosed(Exception):
     """The subscriber is going away; its drain loop should end."""
+
+
+class Outcome(enum.Enum):
+    """What a fire did for one subscriber."""
+
+    WRITTEN = "written"
+    """Written to its stream, there and then."""
+    QUEUED = "queued"
+    """Left to the subscriber's own task (it is behind, or its connection is full): counted when written."""
+    NO_STREAM = "no_stream"
+    """A handshake-era session with no GET stream open: there is nowhere to write it (the SDK drops it too)."""
+    CLOSED = "closed"
+    """The subscriber is going away."""
+
+
+class Delivering(Protocol):
+    """How fires reach a subscriber over Streamable HTTP (`delivery.Delivery`)."""
+
+    def deliver(self, pending: Pending, watch: bytes) -> Outcome: ...
+
+    def stop(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +149,7 @@ class Subscriber:
     """A listen stream that also carries a list-changed subscription is never ended for its URIs alone."""
     ending: Ending | None = None
     """Why the gateway ended this listen stream, said in its result; None while open or when the client ended it."""
-    delivery: Delivery | None = None
+    delivery: Delivering | None = None
     """How fires reach it over Streamable HTTP (`delivery.py`); None on stdio and outside MCP: its outbox's task."""
 
     @property

@@ -28,12 +28,11 @@ from typing import Any
 
 from mcpg_gateway import audit, backoff, catalog, frames, lease, limits, liveness, tracing
 from mcpg_gateway.contract import config
-from mcpg_gateway.delivery import Outcome
 from mcpg_gateway.endings import Ending
 from mcpg_gateway.errors import StrategyError, WatchGone
 from mcpg_gateway.metrics import Metrics
 from mcpg_gateway.strategies import base
-from mcpg_gateway.subscribers import Pending, Subscriber
+from mcpg_gateway.subscribers import Outcome, Pending, Subscriber
 
 logger = logging.getLogger(__name__)
 
