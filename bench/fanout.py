@@ -196,14 +196,17 @@ def rss_case(kind: str, workdir: Path, sessions: int, per_session: int, pool: in
     return {"idle_rss_mb": round(idle, 1), "rss_mb": round(loaded, 1), "kb_per_session": round(kb_per_session, 1)}
 
 
-def run_memory(workdir: Path, sessions: int, per_session: int, pool: int) -> dict[str, Any]:
+def run_memory(
+    workdir: Path, sessions: int, per_session: int, pool: int, kinds: tuple[str, ...] = KINDS
+) -> dict[str, Any]:
     """RSS with `sessions` x `per_session` subscriptions over `pool` webhook URIs (no upstream reads)."""
     out: dict[str, Any] = {"sessions": sessions, "subscriptions": sessions * per_session, "uris": pool}
-    for kind in KINDS:
+    for kind in kinds:
         out[kind] = rss_case(kind, workdir, sessions, per_session, pool)
     gw = out["gateway"]
     gw["kb_per_subscription"] = round((gw["rss_mb"] - gw["idle_rss_mb"]) * 1024 / out["subscriptions"], 2)
-    out["ratio"] = round(gw["rss_mb"] / out["reference"]["rss_mb"], 2)
+    if "reference" in out:
+        out["ratio"] = round(gw["rss_mb"] / out["reference"]["rss_mb"], 2)
     out["ratio_wire"] = round(gw["rss_mb"] / out["wire"]["rss_mb"], 2)
     out["bar"] = "gateway RSS < 300 MB"
     out["met"] = gw["rss_mb"] < 300
@@ -211,8 +214,10 @@ def run_memory(workdir: Path, sessions: int, per_session: int, pool: int) -> dic
 
 
 def run_capacity(workdir: Path, sessions: int, per_session: int, pool: int) -> dict[str, Any]:
-    """Scenario 4b: one gateway holding `sessions` sessions of `per_session` subscriptions each, under 1 GB RSS."""
-    out = run_memory(workdir, sessions, per_session, pool)
+    """Scenario 4b: one gateway holding `sessions` sessions of `per_session` subscriptions each, under 1 GB RSS.
+    Against the wire server only: the SDK server of scenario 1 did not get 10,000 sessions subscribed within
+    500 s on the 2-core machine it was first run on (its RSS passed 1.2 GB on the way)."""
+    out = run_memory(workdir, sessions, per_session, pool, kinds=("wire", "gateway"))
     out["bar"] = f"gateway RSS < {CAPACITY_BAR_MB} MB"
     out["met"] = out["gateway"]["rss_mb"] < CAPACITY_BAR_MB
     return out

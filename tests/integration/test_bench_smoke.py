@@ -35,6 +35,7 @@ def test_bench_smoke_mode_yields_every_figure_and_its_reference(tmp_path: Path) 
     assert results["memory"]["reference"]["rss_mb"] > 0
     assert results["memory"]["wire"]["rss_mb"] > 0
     assert results["capacity"]["gateway"]["rss_mb"] > 0
+    assert results["capacity"]["wire"]["rss_mb"] > 0
     assert results["capacity"]["sessions"] == 8
     convergence = results["convergence"]
     assert convergence["gateway"]["converged_s"] > 0
