@@ -159,16 +159,8 @@ class _Handlers:
             sub.delivery = delivery = self._delivery(sub, lambda: stream, subscription_id=rid)
         try:
             await self._join(bindings, sub, "subscriptions/listen")
-            honored = types.SubscriptionFilter(
-                resources_list_changed=True if sub.list_changed else None,
-                resource_subscriptions=wanted or None,
-            )
-            await ctx.session.send_notification(
-                types.SubscriptionsAcknowledgedNotification(
-                    params=types.SubscriptionsAcknowledgedNotificationParams(notifications=honored, _meta=meta)
-                ),
-                related_request_id=rid,
-            )
+            del bindings  # the watchers hold their own: not kept for as long as the stream stays open
+            await self._acknowledge(ctx, sub, wanted, meta, rid)
             if stream is not None and delivery is not None:
                 await stream.wait_flushed()  # no notification may overtake the acknowledgement
                 delivery.ready()
@@ -180,6 +172,21 @@ class _Handlers:
             self.gw.subscribers.close(sub)
         ending = sub.ending.meta() if sub.ending is not None else {}
         return types.SubscriptionsListenResult(_meta={**meta, **ending})
+
+    async def _acknowledge(
+        self, ctx: Ctx, sub: Subscriber, wanted: list[str], meta: dict[str, Any], rid: types.RequestId
+    ) -> None:
+        """Say what the stream carries. (Its models live only as long as this call, not as long as the stream.)"""
+        honored = types.SubscriptionFilter(
+            resources_list_changed=True if sub.list_changed else None,
+            resource_subscriptions=wanted or None,
+        )
+        await ctx.session.send_notification(
+            types.SubscriptionsAcknowledgedNotification(
+                params=types.SubscriptionsAcknowledgedNotificationParams(notifications=honored, _meta=meta)
+            ),
+            related_request_id=rid,
+        )
 
     async def _drain(self, sub: Subscriber, ctx: Ctx, meta: dict[str, Any], rid: types.RequestId) -> None:
         """Off HTTP (stdio): the SDK writes each notification, from this stream's outbox."""

@@ -3,9 +3,10 @@
 The SDK opens every stream, pings it and ends it; the gateway only adds `notifications/resources/updated`
 frames to it (`delivery.py`), straight to the ASGI `send` the response goes out through, instead of through the
 SDK's per-message objects, queues and tasks. `Streams.capture` is the ASGI middleware in front of the SDK's app
-that makes this possible: per /mcp request it keeps that `send` and how far the response has got in a `Stream`,
-reachable from the request's scope (the MCP handlers get it from their request context), and it indexes every
-handshake-era GET stream the SDK accepted by its session id, for as long as it is open.
+that makes this possible: per /mcp request it keeps that `send` and how far the response has got in a `Stream`.
+A POST's is reachable from the request's scope (the MCP handlers get it from their request context: a listen
+stream is its request's response); every handshake-era GET stream the SDK accepted is indexed by its session
+id, for as long as it is open.
 
 A frame is written whole or not at all (each `send` is one HTTP chunk), so frames written here and messages
 the SDK writes on the same stream never interleave within a frame. A write comes after the response has
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -32,10 +34,11 @@ EVENT_STREAM = b"text/event-stream"
 class Stream:
     """One /mcp response: the `send` it goes out through, and whether notifications may be written to it now."""
 
-    __slots__ = ("_flushed_waiter", "_send", "ended", "flushed", "started")
+    __slots__ = ("_flushed_waiter", "_on_started", "_send", "ended", "flushed", "started")
 
-    def __init__(self, send: Send) -> None:
-        self._send = send
+    def __init__(self, send: Send, on_started: Callable[[Stream], None] | None = None) -> None:
+        """`on_started`: told once the SDK has started the response as an SSE stream (a session's GET stream)."""
+        self._send, self._on_started = send, on_started
         self.started = False
         """The SDK sent the response's status and headers: an SSE stream (200, `text/event-stream`)."""
         self.flushed = False
@@ -43,6 +46,14 @@ class Stream:
         self.ended = False
         """The response is complete, or its request is over: nothing more may be written."""
         self._flushed_waiter: asyncio.Future[None] | None = None
+
+    async def send(self, message: Message) -> None:
+        """The `send` the SDK's app is given: passes each message on, and notes what it changed. (A bound method
+        rather than a closure: one per open stream, so its size counts at 10,000 sessions.)"""
+        if message["type"] == "http.response.body" and not message.get("more_body", False):
+            self.ended = True  # its last chunk: no frame may follow it
+        await self._send(message)
+        self._observe(message)
 
     @property
     def writable(self) -> bool:
@@ -71,6 +82,8 @@ class Stream:
         """After `message` went out: what it changed."""
         if message["type"] == "http.response.start":
             self.started = message["status"] == 200 and _is_event_stream(message.get("headers", ()))
+            if self.started and self._on_started is not None:
+                self._on_started(self)
         elif message["type"] == "http.response.body" and self.started:
             self.flushed = True
             if self._flushed_waiter is not None and not self._flushed_waiter.done():
@@ -96,6 +109,12 @@ class Streams:
     def open_sessions(self) -> int:
         return len(self._by_session)
 
+    def _session_stream(self, session_id: str) -> Callable[[Stream], None]:
+        def started(stream: Stream) -> None:
+            self._by_session[session_id] = stream  # the SDK accepted it as the session's GET stream
+
+        return started
+
     def capture(self, app: ASGIApp) -> ASGIApp:
         """`app` (the SDK's /mcp app), each request's `Stream` kept in its scope under `SCOPE_KEY`."""
 
@@ -103,20 +122,12 @@ class Streams:
             if scope["type"] != "http":
                 await app(scope, receive, send)
                 return
-            stream = Stream(send)
-            scope[SCOPE_KEY] = stream
             session_id = _header(scope, SESSION_HEADER) if scope["method"] == "GET" else None
-
-            async def observed(message: Message) -> None:
-                if message["type"] == "http.response.body" and not message.get("more_body", False):
-                    stream.ended = True  # its last chunk: no frame may follow it
-                await send(message)
-                stream._observe(message)
-                if session_id is not None and message["type"] == "http.response.start" and stream.started:
-                    self._by_session[session_id] = stream  # the SDK accepted it as the session's GET stream
-
+            stream = Stream(send, on_started=None if session_id is None else self._session_stream(session_id))
+            if session_id is None:  # a GET stream is found by its session id; a key more costs the scope a resize
+                scope[SCOPE_KEY] = stream
             try:
-                await app(scope, receive, observed)
+                await app(scope, receive, stream.send)
             finally:
                 stream._end()
                 if session_id is not None and self._by_session.get(session_id) is stream:
