@@ -69,7 +69,7 @@ class Delivery:
         if stream is None or not stream.writable:
             return Outcome.NO_STREAM
         frame = self._frame(pending, watch)
-        if tracing.enabled():
+        if pending.trace is not None:  # spans are recorded (`watchers.fire`)
             with tracing.span(NOTIFY_SPAN, _attributes(sub, pending), parent=pending.trace):
                 writing = stream.write(frame)
         else:

@@ -58,7 +58,8 @@ class Delivering(Protocol):
 @dataclass(frozen=True, slots=True)
 class Pending:
     """One fire's notification: the URI, the strategy that fired it, the fire's trace context (its notify spans'
-    parent), and its frame from the `_meta` members on (`frames.after_meta`), shared by every subscriber told."""
+    parent; None when no spans are recorded), and its frame from the `_meta` members on (`frames.after_meta`),
+    shared by every subscriber told."""
 
     uri: str
     strategy: str

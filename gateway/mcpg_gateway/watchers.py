@@ -221,7 +221,10 @@ class WatchRegistry:
                 watcher.last_fired = time.time()
                 told = [s for s in subs if self._audience(watcher.binding, s)]
             # Each notify span is this one's child, though one written later by its subscriber's task.
-            pending = Pending(uri, strategy, tracing.current(), frames.after_meta(uri)) if told else None
+            # No trace context when spans are off: the fan-out then asks nothing per subscriber (OpenTelemetry's
+            # provider lookup reads the environment on every call).
+            trace = tracing.current() if tracing.enabled() else None
+            pending = Pending(uri, strategy, trace, frames.after_meta(uri)) if told else None
             offered = self._deliver(told, pending) if pending is not None else 0
             span.set_attributes({tracing.SUBSCRIBERS: len(subs), tracing.NOTIFIED: offered})
             self._metrics.fired.labels(strategy).inc()
