@@ -1,6 +1,6 @@
 """mcpg benchmarks: every figure is a ratio against a reference measured in the same run on the same machine.
 
-    python bench/run.py            # the full suite (about 15 minutes on 2 cores)
+    python bench/run.py            # the full suite (about 18 minutes on 2 cores)
     python bench/run.py --smoke    # every scenario at a tiny size, a few minutes
     python bench/run.py --only fanout,ingest
 

@@ -216,7 +216,7 @@ def fanout_alone(workdir: Path, sessions: int, client_procs: int, posts: int, bu
     try:
         clients = fanout.start_clients(target, sessions, procs_n=client_procs)
         with procs.started(*clients):
-            samples = fanout.latencies(target, clients, posts, budget_s)
+            samples, _ = fanout.latencies(target, clients, posts, budget_s)
             expected = sessions * (fanout.WARMUP_POSTS + len(samples))
             sent = delivered([gw], expected)
     finally:
@@ -245,7 +245,7 @@ def fanout_spread(
         target = Target("scaleout", "", lambda n: next(hooks), members[0].gw.pid)
         clients = [c for m in members for c in m.clients]
         try:
-            samples = fanout.latencies(target, clients, posts, budget_s)
+            samples, _ = fanout.latencies(target, clients, posts, budget_s)
         except TimeoutError as e:
             logs = ", ".join(str(m.gw.log) for m in members)
             raise RuntimeError(

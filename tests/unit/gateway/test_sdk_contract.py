@@ -61,7 +61,7 @@ def our_frame(uri: str, *members: bytes) -> bytes:
     return frames.frame(frames.after_meta(uri), *members)
 
 
-URIS = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=60)
+URIS = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=1, max_size=60)
 
 
 @given(uri=URIS)

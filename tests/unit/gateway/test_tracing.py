@@ -17,7 +17,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.trace import SpanKind
 
-from mcpg_gateway import mcp_handlers, tracing, watchers, webhooks
+from mcpg_gateway import delivery, tracing, watchers, webhooks
 from mcpg_gateway.strategies import poll
 from mcpg_testing import BOUND_S
 from mcpg_testing.clients import subscribed
@@ -104,7 +104,7 @@ async def test_a_webhook_fire_and_each_notification_form_one_trace(
         assert resp.status_code == 200
         assert await legacy.next_update() == HOOK
         assert await listen.next_update() == HOOK
-        notifies = await spans.wait_for(mcp_handlers.NOTIFY_SPAN, 2)
+        notifies = await spans.wait_for(delivery.NOTIFY_SPAN, 2)
     [hook] = spans.named(webhooks.SPAN)
     [fire] = spans.named(watchers.FIRE_SPAN)
     assert hook.kind == SpanKind.SERVER
@@ -163,7 +163,7 @@ async def test_a_poll_that_changes_is_a_read_a_fire_and_a_notification_in_one_tr
         upstream.set("/doc", '{"v": 2}')
         await clock.tick()
         assert await sub.next_update() == HOOK
-        [notify] = await spans.wait_for(mcp_handlers.NOTIFY_SPAN)
+        [notify] = await spans.wait_for(delivery.NOTIFY_SPAN)
     unchanged, changed = spans.named(watchers.POLL_SPAN)
     assert [(p.attributes or {})[tracing.CHANGED] for p in (unchanged, changed)] == [False, True]
     assert (changed.attributes or {})[tracing.WATCH] == "reports"
