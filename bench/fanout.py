@@ -122,19 +122,20 @@ def gateway_target(workdir: Path, uris: int, cpu: int | None = None) -> tuple[pr
 
 
 def reference_target(cpu: int | None = None) -> tuple[procs.Proc, Target]:
-    port = procs.free_port()
-    proc = procs.reference([str(procs.HERE / "refserver.py"), str(port)], cpu, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
-    procs.wait_http(f"{base}/healthz")
-    return proc, Target("reference", f"{base}/mcp", lambda n: f"{base}/notify?uri=bench://doc/{n}", proc.pid)
+    return _notify_server("reference", "refserver.py", cpu)
 
 
 def wire_target(cpu: int | None = None) -> tuple[procs.Proc, Target]:
+    return _notify_server("wire", "wireserver.py", cpu)
+
+
+def _notify_server(name: str, script: str, cpu: int | None) -> tuple[procs.Proc, Target]:
+    """A reference server in bench/ taking `POST /notify?uri=U` as its trigger."""
     port = procs.free_port()
-    proc = procs.reference([str(procs.HERE / "wireserver.py"), str(port)], cpu, stderr=subprocess.DEVNULL)
+    proc = procs.reference([str(procs.HERE / script), str(port)], cpu, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     procs.wait_http(f"{base}/healthz")
-    return proc, Target("wire", f"{base}/mcp", lambda n: f"{base}/notify?uri=bench://doc/{n}", proc.pid)
+    return proc, Target(name, f"{base}/mcp", lambda n: f"{base}/notify?uri=bench://doc/{n}", proc.pid)
 
 
 def start_target(kind: str, workdir: Path, uris: int) -> tuple[Any, Target]:
