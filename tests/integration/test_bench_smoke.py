@@ -25,7 +25,8 @@ def test_bench_smoke_mode_yields_every_figure_and_its_reference(tmp_path: Path) 
         assert row["gateway"]["p99_ms"] > 0, size
         assert row["reference"]["p99_ms"] > 0, size
         assert row["wire"]["p99_ms"] > 0, size
-        assert row["gateway"]["cpu_ms_per_fire"] > 0, size
+        # CPU time counts in clock ticks (10 ms): a few posts at this size may measure 0, never less.
+        assert min(row[kind]["cpu_ms_per_fire"] for kind in ("gateway", "reference", "wire")) >= 0, size
         assert row["gateway"]["posts"] == row["reference"]["posts"] == row["wire"]["posts"] > 0
     assert results["ingest"]["gateway"]["rps"] > 0
     assert results["ingest"]["reference"]["rps"] > 0
