@@ -105,10 +105,6 @@ class Streams:
         """The session's open GET stream, if it has one now."""
         return self._by_session.get(session_id)
 
-    @property
-    def open_sessions(self) -> int:
-        return len(self._by_session)
-
     def _session_stream(self, session_id: str) -> Callable[[Stream], None]:
         def started(stream: Stream) -> None:
             self._by_session[session_id] = stream  # the SDK accepted it as the session's GET stream
