@@ -2,15 +2,15 @@
 
 A probe (issue 15) held 1,050 idle connections with no credentials: the process ran out of descriptors, every
 accept failed and asyncio logged each failure with a traceback (60 MB in 10 s), and nothing was served. So per
-port a `Guard` caps the open connections, closing the one idle longest to make room, and holds each connection
-to a deadline for its request headers and body; the caps fit under RLIMIT_NOFILE; accept errors are logged at a
-bounded rate. A request in flight (an SSE stream included) is never idle, so never closed for the cap.
+port a `Guard` caps the open connections, closing the one that has waited on its client longest to make room,
+and every state of a connection has a deadline: its request headers, its body, a response write the client takes
+nothing of, and the bytes a closing connection still holds for its client (issue 30: pipelined requests never
+read filled a cap of 256 in 3 s). The caps fit under RLIMIT_NOFILE; accept errors are logged at a bounded rate.
+A request in flight whose answer is going out (an SSE stream included) is never closed for the cap; one whose
+write is blocked waits on its client as an idle one does.
 
-Each request's head is held to limits here too, below every ASGI app so no route can forget them: at most
-`MAX_REQUEST_LINE_BYTES` of request line (else 414), `MAX_HEAD_BYTES` in all and `MAX_HEADER_FIELDS` fields (else
-431), measured as the bytes h11 consumed, so the answer does not depend on how the head was split into packets. A
-request with both Content-Length and Transfer-Encoding (the shape of request smuggling) is refused with 400. Each
-refusal closes the connection.
+Each request's head is held to its limits below every ASGI app too (`request_heads.py`: the protocol parses with
+`request_heads.HeadLimits`), and at most `MAX_PIPELINED` requests may be sent ahead of their answers.
 """
 
 from __future__ import annotations
@@ -26,16 +26,18 @@ from typing import Any, ClassVar
 
 import h11
 from prometheus_client import Counter
+from uvicorn._types import ASGIReceiveCallable, ASGISendCallable, Scope
 from uvicorn.config import Config
 from uvicorn.protocols.http.h11_impl import STATUS_PHRASES, H11Protocol, RequestResponseCycle
 from uvicorn.server import ServerState
 
+from mcpg_gateway import request_heads
 from mcpg_gateway.contract.config import LimitsConfig
 from mcpg_gateway.metrics import Metrics
 
 logger = logging.getLogger(__name__)
 
-REASONS = ("cap", "header_timeout", "body_timeout")
+REASONS = ("cap", "header_timeout", "body_timeout", "write_timeout", "pipelining")
 OTHER_FDS = 128
 """Descriptors kept for everything but client connections: upstream and bus clients, log files, the selector."""
 ACCEPT_SLACK = 64
@@ -47,20 +49,14 @@ LOG_EVERY_S = 10.0
 ACCEPT_ERROR_MESSAGE = "socket.accept() out of system resource"
 """What asyncio's selector loop says when an accept fails with EMFILE, ENFILE, ENOBUFS or ENOMEM."""
 
-MAX_REQUEST_LINE_BYTES = 8 * 1024
-"""Method, target and version, without the line end: a longer request line is refused with 414."""
-MAX_HEAD_BYTES = 16 * 1024
-"""The whole request head, request line and final blank line included (Node.js's default): else 431."""
-MAX_HEADER_FIELDS = 100
-"""Header fields in one request: more is refused with 431."""
+MAX_PIPELINED = 16
+"""Requests in a row sent before the answer to the one before was complete; one more closes the connection.
+Browsers, httpx and aiohttp never pipeline: a client that does and reads nothing only piles up answers."""
 HTTP_LOGGER = "mcpg_gateway.http"
 """uvicorn's per-request lines (a refused request, an app's exception): under our root handler, which bounds them;
 uvicorn's own `uvicorn.error` logger has a handler of its own."""
 
 ExceptionHandler = Callable[[asyncio.AbstractEventLoop, dict[str, Any]], object]
-Refusal = tuple[int, str]
-"""A refused request's status and the fixed text answered with it (never the client's bytes)."""
-REFUSED_BY_H11: dict[int, str] = {400: "Invalid HTTP request.", 501: "Transfer-Encoding other than chunked."}
 
 
 class Throttle:
@@ -129,15 +125,17 @@ def port_caps(configured: int) -> tuple[int, int]:
 
 
 class Guard:
-    """One port's connections: at most `cap` open (counted from accept), the idle ones in the order they idled."""
+    """One port's connections: at most `cap` open (counted from accept); those waiting on their client (idle, or
+    with a response write blocked) in the order they began to wait."""
 
     def __init__(self, port: str, cap: int, limits: LimitsConfig, metrics: Metrics) -> None:
         self.port, self.cap = port, cap
         self.header_timeout_s, self.body_timeout_s = limits.header_timeout_s, limits.body_timeout_s
+        self.write_timeout_s = limits.write_timeout_s
         self.open = 0
         self.closing = 0
         """Closed by the guard, descriptor not yet released."""
-        self._idle: dict[GuardedProtocol, None] = {}  # insertion order: the first has been idle longest
+        self._idle: dict[GuardedProtocol, None] = {}  # insertion order: the first has waited longest
         self._gauge = metrics.connections_open.labels(port=port)
         self._closed = {reason: metrics.connections_closed.labels(port=port, reason=reason) for reason in REASONS}
         self._at_cap = Throttle()
@@ -147,7 +145,7 @@ class Guard:
         return self.open + self.closing < self.cap + ACCEPT_SLACK
 
     def admit(self) -> bool:
-        """At accept: make room for one more connection, by closing the one idle longest if need be."""
+        """At accept: make room for one more connection, by closing the one waiting longest if need be."""
         if self.open < self.cap:
             self._count(+1)
             return True
@@ -160,8 +158,9 @@ class Guard:
         return True
 
     def idle(self, conn: GuardedProtocol) -> None:
-        self._idle.pop(conn, None)
-        self._idle[conn] = None
+        """`conn` waits on its client: closable for the cap. One already waiting keeps its place (a blocked write
+        that completes a response still waits from when it blocked)."""
+        self._idle.setdefault(conn, None)
 
     def busy(self, conn: GuardedProtocol) -> None:
         self._idle.pop(conn, None)
@@ -214,70 +213,43 @@ class GuardedSocket(socket.socket):
             conn.close()  # at the cap with none idle: the new connection is closed at once
 
 
-class HeadLimits(h11.Connection):
-    """h11's server side, holding each request head to the limits however it was split into packets.
+class Deadline:
+    """One of a connection's timers: armed for one reason at a time, calling `expire(reason)` if it runs out."""
 
-    h11 bounds only an incomplete head (`max_incomplete_event_size`); a head that arrives whole in one read is
-    parsed at any size. So each parsed head is measured as well, as the bytes its parse took from the buffer.
-    """
+    __slots__ = ("_expire", "_handle", "_loop", "reason")
 
-    def __init__(self) -> None:
-        super().__init__(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
-        self.refused: Refusal | None = None
-        """Why the last event was refused, for the answer; None until then."""
+    def __init__(self, loop: asyncio.AbstractEventLoop, expire: Callable[[str], None]) -> None:
+        self._loop, self._expire = loop, expire
+        self._handle: asyncio.TimerHandle | None = None
+        self.reason = ""
 
-    def next_event(self) -> h11.Event | type[h11.NEED_DATA] | type[h11.PAUSED]:
-        heading = self.their_state is h11.IDLE
-        # h11 has no public size of its buffer (`trailing_data` copies it, body bytes included, per request).
-        before = len(self._receive_buffer)
-        try:
-            event = super().next_event()
-        except h11.RemoteProtocolError as e:
-            too_long = heading and e.error_status_hint == 431  # h11's bound on an incomplete head
-            self.refused = _incomplete_head(bytes(self._receive_buffer)) if too_long else _refused_by_h11(e)
-            raise
-        if isinstance(event, h11.Request):
-            self.refused = head_refusal(event, before - len(self._receive_buffer))
-            if self.refused is not None:
-                raise h11.RemoteProtocolError(self.refused[1], error_status_hint=self.refused[0])
-        return event
+    @property
+    def armed(self) -> bool:
+        return self._handle is not None
 
+    def arm(self, delay: float, reason: str) -> None:
+        self.disarm()
+        self._handle, self.reason = self._loop.call_later(delay, self._run), reason
 
-def head_refusal(request: h11.Request, size: int) -> Refusal | None:
-    """Why a complete request head of `size` bytes is refused, or None."""
-    line = len(request.method) + len(request.target) + len(b"HTTP/") + len(request.http_version) + 2
-    if line > MAX_REQUEST_LINE_BYTES:
-        return 414, f"Request line longer than {MAX_REQUEST_LINE_BYTES} bytes."
-    if size > MAX_HEAD_BYTES or len(request.headers) > MAX_HEADER_FIELDS:
-        return 431, f"Request head over {MAX_HEAD_BYTES} bytes or {MAX_HEADER_FIELDS} header fields."
-    names = {name for name, _ in request.headers}  # h11 gives them lower-cased
-    if b"content-length" in names and b"transfer-encoding" in names:
-        # RFC 9112 6.3 lets a server refuse it; reading it either way is how a proxy and a server disagree.
-        return 400, "Both Content-Length and Transfer-Encoding."
-    return None
+    def disarm(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle, self.reason = None, ""
 
-
-def _incomplete_head(buffered: bytes) -> Refusal:
-    """h11 gave up on a head longer than MAX_HEAD_BYTES before its end: 414 when its request line is too long,
-    as the complete head would have been told."""
-    end = buffered.find(b"\n")
-    line = len(buffered) if end < 0 else len(buffered[:end].removesuffix(b"\r"))
-    if line > MAX_REQUEST_LINE_BYTES:
-        return 414, f"Request line longer than {MAX_REQUEST_LINE_BYTES} bytes."
-    return 431, f"Request head over {MAX_HEAD_BYTES} bytes or {MAX_HEADER_FIELDS} header fields."
-
-
-def _refused_by_h11(e: h11.RemoteProtocolError) -> Refusal:
-    status = e.error_status_hint if e.error_status_hint in REFUSED_BY_H11 else 400
-    return status, REFUSED_BY_H11[status]
+    def _run(self) -> None:
+        reason, self._handle, self.reason = self.reason, None, ""
+        self._expire(reason)
 
 
 class GuardedProtocol(H11Protocol):
-    """uvicorn's h11 protocol, held to the guard's deadlines and reported to it as idle or busy.
+    """uvicorn's h11 protocol, held to the guard's deadlines and reported to it as waiting or busy.
 
-    Idle: before a request's headers are complete, and between requests on a kept-alive connection. Busy: from a
-    request's headers to the end of its response, however long (an SSE stream). A new `RequestResponseCycle` is
-    how h11_impl says a request's headers are complete; `cycle.more_body` turns false when its body is.
+    Waiting on its client (closable for the cap): before a request's headers are complete, between requests on a
+    kept-alive connection, and while a response write is blocked because the client takes nothing (asyncio has
+    paused writing: the kernel's buffers are full and more than its high-water mark is queued). Busy: from a
+    request's headers to the end of its response while the answer goes out, however long (an SSE stream). A new
+    `RequestResponseCycle` is how h11_impl says a request's headers are complete; `cycle.more_body` turns false
+    when its body is. Two deadlines: the request's (headers, then body) and the write's (`write_timeout_s`).
     """
 
     guard: ClassVar[Guard]
@@ -290,17 +262,20 @@ class GuardedProtocol(H11Protocol):
         _loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         super().__init__(config, server_state, app_state, _loop)
-        self.conn = self._head = HeadLimits()
+        self.conn = self._head = request_heads.HeadLimits()
         self.logger = logging.getLogger(HTTP_LOGGER)
-        self._deadline: asyncio.TimerHandle | None = None
-        self._deadline_reason = ""
-        self._closed_by_guard = False
+        self._request_deadline = Deadline(self.loop, self._request_expired)
+        self._write_deadline = Deadline(self.loop, self.close_for)
+        self._pipelined = 0
+        """Requests in a row whose head had arrived before the answer to the one before was complete."""
+        self._closed_by_guard = self._lost = False
+        self._app, self.app = self.app, self._app_then_linger
 
     # As uvicorn's own override: asyncio's Protocol says BaseTransport, a stream server passes a Transport.
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self.guard.idle(self)
-        self._arm(self.guard.header_timeout_s, "header_timeout")
+        self._request_deadline.arm(self.guard.header_timeout_s, "header_timeout")
 
     def data_received(self, data: bytes) -> None:
         before = self.cycle
@@ -309,20 +284,55 @@ class GuardedProtocol(H11Protocol):
 
     def on_response_complete(self) -> None:
         before = self.cycle
-        if not self.transport.is_closing():
+        if self.transport.is_closing():
+            self._linger()
+        elif self._pipelined_too_deep():
+            self.close_for("pipelining")
+        else:
             self.guard.idle(self)
-            self._arm(self.guard.header_timeout_s, "header_timeout")  # for the next request, on keep-alive
+            self._request_deadline.arm(self.guard.header_timeout_s, "header_timeout")  # the next one, on keep-alive
         super().on_response_complete()  # may start a pipelined request at once
         self._track(before)
 
+    def pause_writing(self) -> None:
+        """asyncio: more than its high-water mark is queued, the kernel's buffers full. Until the client takes some,
+        the connection waits on it as an idle one does."""
+        super().pause_writing()
+        self.guard.idle(self)
+        self._write_deadline.arm(self.guard.write_timeout_s, "write_timeout")
+
+    def resume_writing(self) -> None:
+        """asyncio: the client took most of what was queued."""
+        super().resume_writing()
+        if self.transport.is_closing():  # what is left must still reach it: a fresh deadline, as it made progress
+            self._write_deadline.arm(self.guard.write_timeout_s, "write_timeout")
+            return
+        self._write_deadline.disarm()
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.guard.busy(self)  # its answer goes out again
+
+    def eof_received(self) -> None:
+        """The client ended its side: asyncio closes the transport once this returns (as uvicorn lets it)."""
+        self.loop.call_soon(self._linger)
+
+    def timeout_keep_alive_handler(self) -> None:
+        super().timeout_keep_alive_handler()
+        self._linger()
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        self._linger()
+
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
+        self._lost = True
+        self._request_deadline.disarm()
+        self._write_deadline.disarm()
         self.guard.lost(self, self._closed_by_guard)
         super().connection_lost(exc)
 
     def send_400_response(self, msg: str) -> None:
         """uvicorn's answer to a request h11 or the head limits refused, with the status that says why; then close."""
-        status, text = self._head.refused or (400, REFUSED_BY_H11[400])
+        status, text = self._head.refused or (400, request_heads.REFUSED_BY_H11[400])
         body = text.encode()
         headers = [
             (b"content-type", b"text/plain; charset=utf-8"),
@@ -333,40 +343,62 @@ class GuardedProtocol(H11Protocol):
         for event in (response, h11.Data(data=body), h11.EndOfMessage()):
             self.transport.write(self.conn.send(event))
         self.transport.close()
+        self._linger()
 
     def close_for(self, reason: str) -> None:
         """Abort, not close: a peer that reads nothing must not keep the descriptor through a pending write."""
-        self._disarm()
+        if self._closed_by_guard:
+            return
+        self._request_deadline.disarm()
+        self._write_deadline.disarm()
         self._closed_by_guard = True
         self.guard.closed_by_guard(self, reason)
         self.transport.abort()
+
+    async def _app_then_linger(self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
+        """The app; then, if it raised or left its response unfinished, the linger of what uvicorn closes on."""
+        cycle, finished = self.cycle, False
+        try:
+            await self._app(scope, receive, send)
+            finished = cycle.response_complete
+        finally:
+            if not finished:  # uvicorn's `run_asgi` closes the transport after this returns
+                self.loop.call_soon(self._linger)
+
+    def _linger(self) -> None:
+        """The transport is closing: asyncio keeps it until the client has taken every byte queued for it. So that
+        wait has the write deadline (running since the write blocked, if it did), and may be cut for the cap."""
+        if self._lost or self._closed_by_guard or not self.transport.is_closing():
+            return
+        self._request_deadline.disarm()  # no request is awaited any more
+        if not self.transport.get_write_buffer_size():
+            return  # nothing queued: asyncio releases it on its next pass
+        self.guard.idle(self)
+        if not self._write_deadline.armed:
+            self._write_deadline.arm(self.guard.write_timeout_s, "write_timeout")
+
+    def _pipelined_too_deep(self) -> bool:
+        """At a response's end: is the next request, already (partly) here, one too many sent ahead of answers?"""
+        sent_ahead = self._head.buffered > 0 or self.flow.read_paused
+        self._pipelined = self._pipelined + 1 if sent_ahead else 0
+        return self._pipelined > MAX_PIPELINED
 
     def _track(self, before: RequestResponseCycle | None) -> None:
         cycle: RequestResponseCycle | None = self.cycle
         if cycle is None:
             return
         if cycle is not before:  # a request's headers are complete
-            self.guard.busy(self)
+            if not self.flow.write_paused:  # else it waits on its client still, behind the answers before
+                self.guard.busy(self)
             if cycle.more_body:
-                self._arm(self.guard.body_timeout_s, "body_timeout")
+                self._request_deadline.arm(self.guard.body_timeout_s, "body_timeout")
             else:
-                self._disarm()
-        elif self._deadline_reason == "body_timeout" and not cycle.more_body:
-            self._disarm()
+                self._request_deadline.disarm()
+        elif self._request_deadline.reason == "body_timeout" and not cycle.more_body:
+            self._request_deadline.disarm()
 
-    def _arm(self, delay: float, reason: str) -> None:
-        self._disarm()
-        self._deadline = self.loop.call_later(delay, self._expire, reason)
-        self._deadline_reason = reason
-
-    def _disarm(self) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline, self._deadline_reason = None, ""
-
-    def _expire(self, reason: str) -> None:
-        self._deadline, self._deadline_reason = None, ""
-        if not self.transport.is_closing():  # already on its way out: not the guard's doing
+    def _request_expired(self, reason: str) -> None:
+        if not self.transport.is_closing():  # already on its way out: `_linger` holds it to the write deadline
             self.close_for(reason)
 
 

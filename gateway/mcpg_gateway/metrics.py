@@ -83,7 +83,8 @@ class Metrics:
         )
         self.connections_closed = Counter(
             "mcpg_connections_closed_total",
-            "Connections the guard closed, by port and reason (cap, header_timeout, body_timeout)",
+            "Connections the guard closed, by port and reason"
+            " (cap, header_timeout, body_timeout, write_timeout, pipelining)",
             ["port", "reason"],
             registry=r,
         )

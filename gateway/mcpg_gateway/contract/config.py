@@ -482,14 +482,18 @@ class LimitsConfig(_Model):
     sessions_total: int = Field(default=10_000, ge=1)
     """Stateful MCP sessions in the whole gateway (10000 by default)."""
     connections: int = Field(default=4096, ge=16)
-    """Open TCP connections per port (public and admin each). At the cap the connection idle longest (no request
-    in flight) is closed to make room; with none idle the new one is closed. Lowered to fit the process's open
-    files limit; when both ports do not fit, the admin port keeps 256 and the public port gets the rest."""
+    """Open TCP connections per port (public and admin each). At the cap the connection that has waited on its
+    client longest (idle: no request in flight; or its response write blocked) is closed to make room; with none
+    waiting the new one is closed. Lowered to fit the process's open files limit; when both ports do not fit,
+    the admin port keeps 256 and the public port gets the rest."""
     header_timeout_s: float = Field(default=10.0, gt=0, le=300)
     """How long a connection may take to send a request's headers (also the wait for the next request on a
     kept-alive connection)."""
     body_timeout_s: float = Field(default=30.0, gt=0, le=3600)
     """How long a request may take to send its body, once its headers are in."""
+    write_timeout_s: float = Field(default=30.0, gt=0, le=3600)
+    """How long a response write may stay blocked because the client reads nothing (the connection's buffers are
+    full) before the connection is closed; also how long a closing connection may hold bytes its client never took."""
     upstream_connections: int = Field(default=32, ge=1)
     """Connections the gateway opens to one upstream origin (scheme, host, port) at a time. A read that cannot get
     one within its backend's `timeout_ms` fails saying so; one slow upstream never holds another's connections."""

@@ -1,10 +1,13 @@
-"""Request heads held to fixed limits on both ports, over raw sockets a client library would tidy up.
+"""Request heads held to fixed limits on both ports (`request_heads.py`), over raw sockets a client library would
+tidy up.
 
 A probe found two holes below every route: a head arriving in one packet was parsed at any size while the same
 head in small packets was refused (h11 bounds only an incomplete head), and a request with both Content-Length
-and Transfer-Encoding was served. Each test sends the same bytes in one write and in many small ones, and reads
-what the gateway answers until it closes the connection. Small writes may still reach the gateway as one read,
-so a head that never ends is what proves the answer to an incomplete head: the gateway must decide without it.
+and Transfer-Encoding was served. A later one (issue 30) sent MCP-Protocol-Version twice: the SDK routed on the
+first copy, the session limit read the last, and the cap was bypassed. Each test sends the same bytes in one
+write and in many small ones, and reads what the gateway answers until it closes the connection. Small writes may
+still reach the gateway as one read, so a head that never ends is what proves the answer to an incomplete head:
+the gateway must decide without it.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import socket
 
 import pytest
 
-from mcpg_gateway import connections
+from mcpg_gateway import request_heads
 from mcpg_testing import BOUND_S
 from mcpg_testing.configs import gateway_config, watched
 from mcpg_testing.gateways import GatewayFactory, RunningGateway, fired
@@ -131,13 +134,13 @@ async def test_both_framing_headers_are_refused_on_either_port_in_any_order_and_
 async def test_a_head_of_exactly_the_byte_limit_is_served_in_one_write_or_many(
     gw: RunningGateway, port: str, piece: int | None
 ) -> None:
-    received, closed = await answer(number(gw, port), get_head(PATHS[port], size=connections.MAX_HEAD_BYTES), piece)
+    received, closed = await answer(number(gw, port), get_head(PATHS[port], size=request_heads.MAX_HEAD_BYTES), piece)
     assert (status(received), closed) == (200, False)
 
 
 @PORTS
 @WRITES
-@pytest.mark.parametrize("size", [connections.MAX_HEAD_BYTES + 1, 2 * connections.MAX_HEAD_BYTES])
+@pytest.mark.parametrize("size", [request_heads.MAX_HEAD_BYTES + 1, 2 * request_heads.MAX_HEAD_BYTES])
 async def test_a_head_over_the_byte_limit_gets_431_in_one_write_or_many(
     gw: RunningGateway, port: str, piece: int | None, size: int
 ) -> None:
@@ -147,7 +150,7 @@ async def test_a_head_over_the_byte_limit_gets_431_in_one_write_or_many(
 
 @PORTS
 async def test_an_oversized_head_that_never_ends_gets_the_same_431(gw: RunningGateway, port: str) -> None:
-    unfinished = get_head(PATHS[port], size=2 * connections.MAX_HEAD_BYTES)[:-2]  # no blank line: never complete
+    unfinished = get_head(PATHS[port], size=2 * request_heads.MAX_HEAD_BYTES)[:-2]  # no blank line: never complete
     received, closed = await answer(number(gw, port), unfinished, PIECE)
     assert (status(received), closed) == (431, True)
 
@@ -156,25 +159,91 @@ async def test_an_oversized_head_that_never_ends_gets_the_same_431(gw: RunningGa
 async def test_header_fields_beyond_the_count_limit_get_431_in_one_write_or_many(
     gw: RunningGateway, piece: int | None
 ) -> None:
-    at_limit = get_head("/healthz", fields=connections.MAX_HEADER_FIELDS - 1)  # and `host`
-    over = get_head("/healthz", fields=connections.MAX_HEADER_FIELDS)
+    at_limit = get_head("/healthz", fields=request_heads.MAX_HEADER_FIELDS - 1)  # and `host`
+    over = get_head("/healthz", fields=request_heads.MAX_HEADER_FIELDS)
     assert status((await answer(gw.port, at_limit, piece))[0]) == 200
     received, closed = await answer(gw.port, over, piece)
     assert (status(received), closed) == (431, True)
 
 
 @WRITES
-@pytest.mark.parametrize("extra", [1, 2 * connections.MAX_HEAD_BYTES])
+@pytest.mark.parametrize("extra", [1, 2 * request_heads.MAX_HEAD_BYTES])
 async def test_a_request_line_over_its_limit_gets_414_in_one_write_or_many(
     gw: RunningGateway, piece: int | None, extra: int
 ) -> None:
     # `GET /healthz?q=… HTTP/1.1`: the request line is the target plus 13 bytes.
-    at_limit = "/healthz?q=" + "a" * (connections.MAX_REQUEST_LINE_BYTES - 13 - len("/healthz?q="))
+    at_limit = "/healthz?q=" + "a" * (request_heads.MAX_REQUEST_LINE_BYTES - 13 - len("/healthz?q="))
     assert status((await answer(gw.port, get_head(at_limit), piece))[0]) == 200
     received, closed = await answer(gw.port, get_head(at_limit + "a" * extra), piece)
     assert (status(received), closed) == (414, True)
 
 
 async def test_a_request_line_that_never_ends_gets_the_same_414(gw: RunningGateway) -> None:
-    received, closed = await answer(gw.port, b"GET /" + b"a" * 2 * connections.MAX_HEAD_BYTES, PIECE)
+    received, closed = await answer(gw.port, b"GET /" + b"a" * 2 * request_heads.MAX_HEAD_BYTES, PIECE)
     assert (status(received), closed) == (414, True)
+
+
+# --- headers read as one value -----------------------------------------------------------------------------------
+
+FIRST, SECOND = "first-value-7f3a", "second-value-91c2"
+"""Two values of one header: neither may show in the answer."""
+
+
+def repeated(target: str, name: str) -> bytes:
+    """A request whose `name` header is given twice, in two cases."""
+    lines = [f"GET {target} HTTP/1.1", "host: gw", f"{name}: {FIRST}", f"{name.upper()}: {SECOND}"]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+@PORTS
+@WRITES
+@pytest.mark.parametrize("name", sorted(n.decode() for n in request_heads.SINGLETON_HEADERS))
+async def test_a_header_read_as_one_value_is_refused_with_400_when_repeated(
+    gw: RunningGateway, port: str, piece: int | None, name: str
+) -> None:
+    received, closed = await answer(number(gw, port), repeated(PATHS[port], name), piece)
+    assert (status(received), closed) == (400, True)
+    assert received.endswith(f"Header {name} given more than once.".encode())  # its name, never its values
+    assert FIRST.encode() not in received
+    assert SECOND.encode() not in received
+
+
+async def test_an_initialize_with_two_protocol_versions_is_refused_before_any_session_opens(
+    gw: RunningGateway,
+) -> None:
+    """The issue's case: the SDK routed on the first value, the session limit read the last."""
+    initialize = (
+        '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25",'
+        '"capabilities":{},"clientInfo":{"name":"t","version":"1"}}}'
+    )
+    request = (
+        "POST /mcp HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n"
+        "accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-11-25\r\n"
+        f"MCP-Protocol-Version: 2026-07-28\r\ncontent-length: {len(initialize)}\r\n\r\n{initialize}"
+    ).encode()
+    received, closed = await answer(gw.port, request)
+    assert (status(received), closed) == (400, True)
+    assert b"mcp-session-id" not in received.lower()
+
+
+@PORTS
+async def test_headers_read_as_lists_may_repeat_beside_each_singleton_given_once(gw: RunningGateway, port: str) -> None:
+    once = "".join(f"{n.decode()}: v\r\n" for n in sorted(request_heads.SINGLETON_HEADERS))
+    request = (
+        f"GET {PATHS[port]} HTTP/1.1\r\nhost: gw\r\n{once}accept: */*\r\naccept: text/plain\r\nx-a: 1\r\nx-a: 2\r\n\r\n"
+    )
+    received, _ = await answer(number(gw, port), request.encode())
+    assert status(received) == 200, received[:300]
+
+
+async def test_h11_refuses_a_second_host_and_content_lengths_that_differ_and_merges_equal_ones(
+    gw: RunningGateway,
+) -> None:
+    """h11's own rules (RFC 9112 3.2, RFC 9110 8.6), which `SINGLETON_HEADERS` therefore leaves out."""
+    received, closed = await answer(gw.port, b"GET /healthz HTTP/1.1\r\nhost: gw\r\nHost: other\r\n\r\n")
+    assert (status(received), closed) == (400, True)
+    head = f"POST /webhooks/resource-updated/{TOKEN} HTTP/1.1\r\nhost: gw\r\n"
+    same, _ = await answer(gw.port, f"{head}content-length: 2\r\ncontent-length: 2\r\n\r\n{{}}".encode())
+    assert status(same) == 200
+    different, closed = await answer(gw.port, f"{head}content-length: 2\r\ncontent-length: 3\r\n\r\n{{}}".encode())
+    assert (status(different), closed) == (400, True)
