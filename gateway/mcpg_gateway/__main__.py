@@ -14,7 +14,7 @@ import signal
 import sys
 from pathlib import Path
 
-from mcpg_gateway import admin_app, logs, servers, stdio, tracing
+from mcpg_gateway import admin_app, cancellation, logs, servers, stdio, tracing
 from mcpg_gateway.contract import check, config
 from mcpg_gateway.contract.errors import ConfigError, Problem
 from mcpg_gateway.gateway import Gateway, Options
@@ -65,9 +65,9 @@ def main(argv: list[str] | None = None) -> int:
         for warning in check.warnings(cfg):
             logger.warning("configuration: %s", warning)
         if args.stdio:
-            asyncio.run(_run_stdio(cfg, gw_options, stdio.principal_for(cfg.gateway.auth, args.principal)))
+            cancellation.run(_run_stdio(cfg, gw_options, stdio.principal_for(cfg.gateway.auth, args.principal)))
         else:
-            asyncio.run(_run(cfg, gw_options, args))
+            cancellation.run(_run(cfg, gw_options, args))
     except stdio.PrincipalError as e:
         print(f"mcpg-gateway: {e}", file=sys.stderr)
         return 2

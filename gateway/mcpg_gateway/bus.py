@@ -12,6 +12,10 @@ separate settings, never in the URL.
 A bus connection that stops answering without closing is dropped when a PING is still unanswered at the next
 (`gateway.liveness`, `liveness.py`), then reconnected like a closed one. The bus also carries each gateway's
 report of its event sources (`<prefix>.sources`, `peers.py`), which /readyz weighs.
+
+Whatever arrives from the bus was written by some client of the namespace's account: it is parsed within a size
+bound and never raises (`entry_json`, `fire_uri`). Every await into nats-py may swallow a cancel
+(`cancellation.py`), so each is re-checked, and closing waits for its tasks and its connection in bound.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from prometheus_client import CollectorRegistry
 
-from mcpg_gateway import backoff, buckets, liveness, metrics, peers, redaction
+from mcpg_gateway import backoff, buckets, cancellation, liveness, metrics, peers, redaction
 from mcpg_gateway.contract import config
 from mcpg_gateway.errors import BusUnavailableError
 
@@ -54,6 +58,10 @@ MALFORMED_LOG_EVERY_S = 60.0
 MALFORMED = "mcpg_bus_fires_malformed_total"
 HASH_HEX_CHARS = 32
 """128 bits of SHA-256: a URI never appears in a subject or a key (it may hold `.`, `*`, `>`), its hash does."""
+MAX_FIRE_BYTES = 32 * 1024
+"""A fire's bound: a URI of `uris.MAX_URI_CHARS` characters, each escaped as JSON at worst, fits with room."""
+CLOSE_TIMEOUT_S = 2.0
+"""How long closing waits for the bus's tasks (cancelled), and then for the connection to close."""
 
 ERRORS = (nats.errors.Error, OSError, TimeoutError)
 """What a NATS or JetStream call raises when the server or the network fails (nats.js errors included)."""
@@ -68,6 +76,35 @@ def uri_hash(uri: str) -> str:
 
 def fire_subject(prefix: str, uri: str) -> str:
     return f"{prefix}.fire.{uri_hash(uri)}"
+
+
+def entry_json(data: bytes | None, max_bytes: int) -> Any:
+    """What a client of the bus account wrote (a message, a key-value entry), parsed if it is JSON of at most
+    `max_bytes`; None otherwise. Never raises: nesting deeper than the parser goes is no JSON either."""
+    if data is None or len(data) > max_bytes:
+        return None
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):  # ValueError includes bytes that are not UTF-8
+        return None
+
+
+def encodable(text: str) -> bool:
+    """False for text JSON can carry and UTF-8 cannot (a lone surrogate): it cannot be hashed, logged or shown."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def fire_uri(data: bytes, subject: str, prefix: str) -> str | None:
+    """The URI of a fire message received on `subject`, or None if it is no fire (its subject must be its URI's)."""
+    doc = entry_json(data, MAX_FIRE_BYTES)
+    uri = doc.get("uri") if isinstance(doc, dict) else None
+    if not isinstance(uri, str) or not encodable(uri) or fire_subject(prefix, uri) != subject:
+        return None
+    return uri
 
 
 def instance_name(cfg: config.BusConfig, environ: Mapping[str, str]) -> str:
@@ -158,17 +195,22 @@ class Bus:
             logger.warning("the bus at %s is unreachable; serving anyway, webhooks answer 503 until it is", self.where)
 
     async def close(self) -> None:
+        """Stop the bus's tasks and close the connection, each waited for at most `CLOSE_TIMEOUT_S`."""
         self._closed, self._up = True, False
         self.metrics.connected.set(0)
-        for task in list(self._tasks):
+        tasks = list(self._tasks)
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancellation.stopped(tasks, CLOSE_TIMEOUT_S, "closing the bus")
         nc, self._nc = self._nc, None
         if nc is not None and not nc.is_closed:
-            try:
-                await nc.close()
-            except ERRORS as e:
-                logger.debug("closing the bus connection: %s", self._describe(e))
+            await cancellation.within(self._close(nc), CLOSE_TIMEOUT_S, "closing the bus connection")
+
+    async def _close(self, nc: NatsClient) -> None:
+        try:
+            await nc.close()
+        except ERRORS as e:
+            logger.debug("closing the bus connection: %s", self._describe(e))
 
     async def publish(self, uri: str, strategy: str) -> None:
         """Publish one fire of `uri`, confirmed by the server, or raise `BusUnavailableError` (within ~2 s).
@@ -239,6 +281,7 @@ class Bus:
             await nc.publish(self._sources_subject, report)
         except ERRORS as e:
             logger.debug("publishing the sources report on the bus at %s: %s", self.where, self._describe(e))
+        cancellation.reraise()  # nats-py's flush of a full buffer drops a cancel: the reporter must still stop
 
     @property
     def _sources_subject(self) -> str:
@@ -258,6 +301,7 @@ class Bus:
         self._nc = nc
         # With endless reconnects nats-py's connect returns only once connected; it never gives up.
         await nc.connect(**self._options())
+        cancellation.reraise()  # closing meanwhile: nothing more is started (`close` closes the client)
         await nc.subscribe(f"{self.cfg.subject_prefix}.fire.*", cb=self._on_message)
         await nc.subscribe(self._sources_subject, cb=self._on_sources)
         try:
@@ -265,6 +309,8 @@ class Bus:
         except ERRORS as e:  # the connection dropped at once; the reconnect callback takes over
             logger.debug("confirming the fire subscription: %s", self._describe(e))
             return
+        finally:
+            cancellation.reraise()
         logger.info("connected to the bus at %s as %r", self.where, self.instance)
         await self._reachable()
 
@@ -322,11 +368,8 @@ class Bus:
         self._quiet = True
 
     async def _on_message(self, msg: Msg) -> None:
-        try:
-            uri = json.loads(msg.data)["uri"]
-        except (ValueError, KeyError, TypeError):
-            uri = None
-        if not isinstance(uri, str) or fire_subject(self.cfg.subject_prefix, uri) != msg.subject:
+        uri = fire_uri(msg.data, msg.subject, self.cfg.subject_prefix)
+        if uri is None:
             self._malformed()
             return
         self.metrics.fires_received.inc()
@@ -350,7 +393,8 @@ class Bus:
             try:
                 if js is None:
                     raise nats.errors.ConnectionClosedError
-                self.buckets = await buckets.open_buckets(js, self.cfg)
+                async with cancellation.guarded(None):  # each request is bounded by JetStream's timeout
+                    self.buckets = await buckets.open_buckets(js, self.cfg)
             except ERRORS as e:
                 self.buckets_error = f"{buckets.unavailable(self.cfg)} (bus at {self.where}: {self._describe(e)})"
                 logger.log(logging.ERROR if attempt == 0 else logging.DEBUG, "%s", self.buckets_error)  # once, clearly

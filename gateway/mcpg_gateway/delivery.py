@@ -135,7 +135,10 @@ class Delivery:
     async def _bounded(self, writing: asyncio.Task[None], pending: Pending) -> bool:
         """Wait for a write that had to wait, at most `send_timeout_s`; False (and dropped, counted) past it."""
         try:
-            await asyncio.wait_for(writing, self._timeout_s)
+            # Not `asyncio.wait_for`: in 3.11 it returns the write's result when this task was cancelled in the same
+            # loop pass, and the cancel is lost (`cancellation.py`). Cancelled here, the write is cancelled with it.
+            async with asyncio.timeout(self._timeout_s):
+                await writing
         except TimeoutError:
             # The connection's buffers stayed full: this client stopped reading. Only it misses out.
             self._metrics.notifications_dropped.labels(pending.strategy).inc()

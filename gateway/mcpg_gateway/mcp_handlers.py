@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import importlib.metadata
 import logging
 from collections.abc import Callable
@@ -33,7 +32,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 
-from mcpg_gateway import card, catalog, errors, limits, streams, tracing
+from mcpg_gateway import cancellation, card, catalog, errors, limits, streams, tracing
 from mcpg_gateway.contract import uris
 from mcpg_gateway.delivery import NOTIFY_SPAN, Delivery
 from mcpg_gateway.errors import ReadError, StrategyError
@@ -290,9 +289,8 @@ class _Handlers:
             # The SDK unwinds this stack when the session ends: DELETE, idle timeout, crash or shutdown.
             self.gw.subscribers.close(sub)
             if sender is not None:
-                sender.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await sender
+                sender.cancel()  # waited for in bound: an await that swallowed the caller's own stop is no wait
+                await cancellation.stopped([sender], cancellation.STEP_TIMEOUT_S, "ending a session's sender")
 
         conn.exit_stack.push_async_callback(on_close)
         return sub

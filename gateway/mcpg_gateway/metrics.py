@@ -177,3 +177,9 @@ class BusMetrics:
             ["event"],
             registry=r,
         )
+        self.leases_held_by_unknown = Counter(
+            "mcpg_bus_leases_held_by_unknown_total",
+            "Pull-watch leases this gateway contended for long while held by a name no gateway on the bus reports"
+            " as (once per URI and episode): another client of the bus account may be silencing the watch",
+            registry=r,
+        )

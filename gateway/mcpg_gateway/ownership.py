@@ -13,6 +13,13 @@ at once, so a change during the handover fires exactly once and a handover witho
 no state stored it stores its own baseline and fires nothing. A URI nobody watched for a while resumes from
 what its last owner left: a change made meanwhile is told once to the new subscribers (a re-read too many,
 never one too few).
+
+Everything read from the buckets is another client's word (any client of the namespace's bus account may write
+there): an entry is parsed only within a size bound, never raises, and one that is not ours is discarded and
+logged, the watch then taking its own baseline. A lease held for long by a name no gateway on the bus reports as
+(`Contention`) is said once per episode, with a count (`mcpg_bus_leases_held_by_unknown_total`): nothing here can
+stop such a client, but its silencing of a watch is not silent. Every await into the NATS client may swallow a
+cancel (`cancellation.py`): each is guarded, so a watch whose last subscriber left stops and releases its lease.
 """
 
 from __future__ import annotations
@@ -21,20 +28,28 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Collection, Coroutine
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import nats.js.errors
+from nats.js.kv import KeyValue
 
-from mcpg_gateway import bus
+from mcpg_gateway import bus, cancellation
 from mcpg_gateway.errors import BusUnavailableError
 from mcpg_gateway.strategies import base
 
 logger = logging.getLogger(__name__)
 
 RELEASE_TIMEOUT_S = 2.0
+WORK_STOP_TIMEOUT_S = 1.0
+"""How long a stopping owner waits for its reading and renewing tasks (cancelled) before releasing the lease."""
 STATE_VERSION = 1
+MAX_STATE_BYTES = 64 * 1024
+"""A state entry's bound: a digest or a tracking value is far smaller; anything larger is not ours."""
+MAX_LEASE_BYTES = 1024
+MAX_HOLDER_CHARS = 253
+"""A holder named in a lease, as logs and the admin API show it: a pod's name at most."""
 
 End = Literal["lost", "fenced"]
 
@@ -73,19 +88,55 @@ def lease_value(instance: str) -> bytes:
     return json.dumps({"owner": instance}).encode()
 
 
+def lease_holder(data: bytes | None) -> str | None:
+    """The owner a lease entry names, if it is one a log line can show (printable, bounded); None otherwise."""
+    doc = bus.entry_json(data, MAX_LEASE_BYTES)
+    owner = doc.get("owner") if isinstance(doc, dict) else None
+    if not isinstance(owner, str) or not 0 < len(owner) <= MAX_HOLDER_CHARS or not owner.isprintable():
+        return None
+    return owner
+
+
 def state_value(snapshot: str) -> bytes:
-    return json.dumps({"v": STATE_VERSION, "state": snapshot}).encode()
+    """A state entry; `ValueError` if it would exceed `MAX_STATE_BYTES` (no gateway would read it back)."""
+    value = json.dumps({"v": STATE_VERSION, "state": snapshot}).encode()
+    if len(value) > MAX_STATE_BYTES:
+        raise ValueError(f"the state is {len(value)} bytes; at most {MAX_STATE_BYTES} are stored")
+    return value
 
 
 def stored_state(data: bytes | None) -> str | None:
-    """The snapshot in a state entry, or None if it holds none this version can read."""
-    try:
-        doc = json.loads(data or b"")
-    except ValueError:
+    """The snapshot in a state entry, or None if it holds none this version can read (never raises)."""
+    doc = bus.entry_json(data, MAX_STATE_BYTES)
+    if not isinstance(doc, dict) or type(doc.get("v")) is not int or doc["v"] != STATE_VERSION:
         return None
-    if not isinstance(doc, dict) or doc.get("v") != STATE_VERSION or not isinstance(doc.get("state"), str):
-        return None
-    return str(doc["state"])
+    state = doc.get("state")
+    return state if isinstance(state, str) and bus.encodable(state) else None
+
+
+@dataclass
+class Contention:
+    """One episode of contending for a lease another holds (until this gateway takes it). Pure: times are the
+    injected clock's.
+
+    The holder is read when the episode starts and every `suspect_after_s` after. A holder that no gateway on
+    the bus reports as (`peers.py`), still holding it `suspect_after_s` into the episode, is a suspect: said
+    once per episode. Long enough that a real gateway has been heard from (it reports every liveness interval)."""
+
+    since: float
+    suspect_after_s: float
+    read_at: float | None = None
+    said: bool = False
+
+    def read_due(self, now: float) -> bool:
+        return self.read_at is None or now - self.read_at >= self.suspect_after_s
+
+    def suspect(self, now: float, holder: str | None, gateways: Collection[str]) -> bool:
+        """True once, when `holder` (None: an entry no gateway wrote) is to be said."""
+        if self.said or now - self.since < self.suspect_after_s or (holder is not None and holder in gateways):
+            return False
+        self.said = True
+        return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,20 +149,33 @@ class _Watch:
     """Tell this process's subscribers (the registry's local fire)."""
 
 
+Gateways = Callable[[], Collection[str]]
+"""The names of the gateways heard on the bus lately (`peers.Peers.fresh`)."""
+
+
 class Owners:
     """Runs this process's pull watches under their leases, and knows which it owns now."""
 
-    def __init__(self, the_bus: bus.Bus, clock: base.Clock) -> None:
+    def __init__(self, the_bus: bus.Bus, clock: base.Clock, gateways: Gateways | None = None) -> None:
         self._bus, self._clock = the_bus, clock
+        self._gateways = gateways
         self._owned: set[str] = set()
+        self._holders: dict[str, str | None] = {}
+        """The holder each contended lease names (None: an entry no gateway wrote), as last read."""
         self._lease_value = lease_value(the_bus.instance)
         self._changed = asyncio.Event()
 
     def owns(self, uri: str) -> bool:
         return uri in self._owned
 
+    def holder(self, uri: str) -> str | None:
+        """Who holds `uri`'s lease as this gateway knows: itself when it owns it, else the name the lease gave
+        when last read while contending for it (None if unknown or not a name a gateway would write)."""
+        return self._bus.instance if uri in self._owned else self._holders.get(uri)
+
     async def until(self, predicate: Callable[[], bool]) -> None:
-        """Wait until `predicate()` holds; it is checked at every lease event (acquired, released, lost, fenced)."""
+        """Wait until `predicate()` holds; it is checked at every lease event (acquired, released, lost, fenced,
+        a holder read)."""
         while not predicate():
             await self._changed.wait()
 
@@ -119,32 +183,80 @@ class Owners:
         """Contend for `uri`'s lease; while held, read for every gateway. Until cancelled (then release)."""
         watch = _Watch(uri, bus.uri_hash(uri), strategy_type, pull, deliver)
         while True:
+            cancellation.reraise()  # a cancel the last release swallowed: no new contention
             lease = await self._acquire(watch)
             self._set_owned(watch.uri, True)
             try:
-                await _first_done(self._keep(watch, lease), self._work(watch))
+                cancellation.reraise()  # the stop came with the lease (the create swallowed it): released at once
+                await _first_done(f"watch {uri}", lease=self._keep(watch, lease), reading=self._work(watch))
             finally:
                 try:
-                    await self._release(watch, lease)
+                    await self._release(watch, lease)  # not guarded: it must finish, and a cancel is under way
                 finally:
                     self._set_owned(watch.uri, False)
 
     # --- the lease -------------------------------------------------------------------------------------------
 
     async def _acquire(self, watch: _Watch) -> Lease:
-        while True:
-            buckets = self._bus.buckets
-            if buckets is not None and self._bus.connected:
-                sent = time.monotonic()
-                try:
-                    async with asyncio.timeout(bus.KV_TIMEOUT_S):
-                        revision = await buckets.owners.create(watch.key, self._lease_value)
-                except bus.ERRORS:  # held by another gateway (or the bus failed): try again in a while
-                    pass
-                else:
-                    self._event("acquired", watch)
-                    return Lease(buckets.lease_ttl_s, revision, sent)
-            await asyncio.sleep(self._ttl_s() / 3)
+        contention = Contention(self._clock.now(), self._suspect_after_s())
+        try:
+            while True:
+                lease = await self._try_acquire(watch, contention)
+                if lease is not None:
+                    return lease
+                await asyncio.sleep(self._ttl_s() / 3)
+        finally:
+            self._holders.pop(watch.uri, None)
+
+    async def _try_acquire(self, watch: _Watch, contention: Contention) -> Lease | None:
+        buckets = self._bus.buckets
+        if buckets is None or not self._bus.connected:
+            return None
+        sent = time.monotonic()
+        try:
+            async with asyncio.timeout(bus.KV_TIMEOUT_S):
+                revision = await buckets.owners.create(watch.key, self._lease_value)
+        except nats.js.errors.KeyWrongLastSequenceError:  # held by another gateway, or by what claims to be one
+            cancellation.reraise()  # each await into nats-py may have swallowed the stop (`cancellation.py`)
+            await self._contended(watch, buckets.owners, contention)
+            return None
+        except bus.ERRORS:  # the bus failed: try again in a while
+            cancellation.reraise()
+            return None
+        self._event("acquired", watch)
+        return Lease(buckets.lease_ttl_s, revision, sent)  # `run` sees a stop that came with it, and releases
+
+    async def _contended(self, watch: _Watch, owners: KeyValue, contention: Contention) -> None:
+        """Read who holds the lease (now and then), and say so once if no gateway on the bus goes by that name."""
+        now = self._clock.now()
+        if self._gateways is None or not contention.read_due(now):
+            return
+        contention.read_at = now
+        try:
+            async with cancellation.guarded(bus.KV_TIMEOUT_S):
+                entry = await owners.get(watch.key)
+        except bus.ERRORS:  # released or expired meanwhile, or the bus failed: the next attempt tells
+            return
+        holder = self._holders[watch.uri] = lease_holder(entry.value)
+        if contention.suspect(now, holder, self._gateways()):
+            self._suspected(watch, holder, now - contention.since)
+        self._wake()
+
+    def _suspected(self, watch: _Watch, holder: str | None, for_s: float) -> None:
+        self._bus.metrics.leases_held_by_unknown.inc()
+        named = repr(holder) if holder is not None else "an entry no gateway wrote"
+        logger.warning(
+            "the lease of %s has been held by %s for %.0f s, and no gateway on the bus goes by that name: no gateway "
+            "reads it for its subscribers while it lasts; another client of the bus account may be holding it "
+            "(counted in mcpg_bus_leases_held_by_unknown_total)",
+            watch.uri,
+            named,
+            for_s,
+        )
+
+    def _suspect_after_s(self) -> float:
+        # By then a dead holder's lease has expired (a TTL), and a live gateway has reported (every interval).
+        return 2 * max(self._ttl_s(), self._bus.rules.interval_s)
 
     async def _keep(self, watch: _Watch, lease: Lease) -> None:
         """Renew until the lease is lost or this owner must fence itself; then return."""
@@ -158,15 +270,15 @@ class Owners:
             if buckets is None or not self._bus.connected:
                 continue
             try:
-                async with asyncio.timeout(lease.ttl_s / 6):
+                async with cancellation.guarded(lease.ttl_s / 6):
                     revision = await buckets.owners.update(watch.key, self._lease_value, last=lease.revision)
+                    # Kept before the block re-raises a swallowed stop: the release must name this revision.
+                    lease.renewed(revision, now)
             except nats.js.errors.KeyWrongLastSequenceError:
                 self._end(watch, lease, "lost")
                 return
             except bus.ERRORS as e:
                 logger.debug("renewing the lease of %s failed: %s", watch.uri, type(e).__name__)
-                continue
-            lease.renewed(revision, now)
 
     def _end(self, watch: _Watch, lease: Lease, how: End) -> None:
         lease.ended = how
@@ -191,6 +303,9 @@ class Owners:
         else:
             self._owned.discard(uri)
         self._bus.metrics.owned_watches.set(len(self._owned))
+        self._wake()
+
+    def _wake(self) -> None:
         self._changed.set()  # wakes every `until`; each waits on the fresh event next
         self._changed = asyncio.Event()
 
@@ -208,14 +323,17 @@ class Owners:
 
     async def _work(self, watch: _Watch) -> None:
         if await self._resumed(watch):
-            if await watch.pull.check():
-                await self._announce(watch)
+            await self._check(watch)
         else:
             await self._store(watch)  # the first owner: its own baseline, and nothing to tell
         while True:
             await self._clock.sleep(watch.pull.interval_s)
-            if await watch.pull.check():
-                await self._announce(watch)
+            await self._check(watch)
+
+    async def _check(self, watch: _Watch) -> None:
+        # A read (asyncpg, a plugin) may swallow the stop: then it tells nobody, as the lease is being let go.
+        if await cancellation.checked(watch.pull.check()):
+            await self._announce(watch)
 
     async def _resumed(self, watch: _Watch) -> bool:
         """Resume from the stored state; False if there is none this watch can use."""
@@ -224,22 +342,28 @@ class Owners:
             try:
                 if buckets is None:
                     raise BusUnavailableError("the buckets are not open")
-                async with asyncio.timeout(bus.KV_TIMEOUT_S):
+                async with cancellation.guarded(bus.KV_TIMEOUT_S):
                     entry = await buckets.state.get(watch.key)
             except nats.js.errors.KeyNotFoundError:
                 return False
             except (*bus.ERRORS, BusUnavailableError):  # the lease fences this owner if it lasts
                 await asyncio.sleep(self._ttl_s() / 12)
                 continue
-            return self._resume(watch, stored_state(entry.value))
+            return self._resume(watch, entry.value)
 
-    def _resume(self, watch: _Watch, state: str | None) -> bool:
+    def _resume(self, watch: _Watch, data: bytes | None) -> bool:
+        state = stored_state(data)
         if state is None:
+            # Not ours (another client of the account wrote it, or another version): discarded, and overwritten
+            # by this owner's baseline, so it is said once.
+            logger.warning("the stored state of %s is not one this gateway wrote; taking its own baseline", watch.uri)
             return False
         try:
             watch.pull.resume(state)
-        except ValueError as e:
-            logger.info("the stored state of %s is not this watch's (%s); taking its own baseline", watch.uri, e)
+        except Exception as e:  # isolation boundary: a strategy's (or plugin's) reading of a hostile state
+            logger.warning(
+                "the stored state of %s is not this watch's (%s); taking its own baseline", watch.uri, _why(e)
+            )
             return False
         return True
 
@@ -259,7 +383,7 @@ class Owners:
             value = state_value(watch.pull.snapshot())
             if buckets is None:
                 raise BusUnavailableError("the buckets are not open")
-            async with asyncio.timeout(bus.KV_TIMEOUT_S):
+            async with cancellation.guarded(bus.KV_TIMEOUT_S):
                 await buckets.state.put(watch.key, value)
         except (TypeError, ValueError) as e:
             logger.warning("the state of %s cannot be stored (%s)", watch.uri, e)
@@ -267,15 +391,23 @@ class Owners:
             logger.warning("storing the state of %s failed (%s); the next owner may tell it once more", watch.uri, e)
 
 
-async def _first_done(*coros: Coroutine[Any, Any, None]) -> None:
-    """Run `coros` until the first ends; cancel the rest; raise what the first raised."""
-    tasks = [asyncio.create_task(coro) for coro in coros]
+def _why(error: Exception) -> str:
+    """A strategy's refusal of a state, for a log line: its type, and its text bounded (it may quote the state)."""
+    text = str(error)
+    return f"{type(error).__name__}: {text[:200]}" if text else type(error).__name__
+
+
+async def _first_done(name: str, **coros: Coroutine[Any, Any, None]) -> None:
+    """Run `coros` as tasks (`<name> <keyword>`) until the first ends; cancel the rest; raise what the first raised.
+    Cancelled itself, or once one ended, it waits for the rest in bound (`WORK_STOP_TIMEOUT_S`): one that will
+    not stop is abandoned and logged, and the lease is released anyway."""
+    tasks = [asyncio.create_task(coro, name=f"{name} {part}") for part, coro in coros.items()]
     try:
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     finally:
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancellation.stopped(tasks, WORK_STOP_TIMEOUT_S, "a pull watch stopping")
     for task in done:
         error = None if task.cancelled() else task.exception()
         if error is not None:

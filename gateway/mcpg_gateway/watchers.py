@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from mcpg_gateway import audit, backoff, catalog, frames, lease, limits, liveness, tracing
+from mcpg_gateway import audit, backoff, cancellation, catalog, frames, lease, limits, liveness, tracing
 from mcpg_gateway.contract import config
 from mcpg_gateway.endings import Ending
 from mcpg_gateway.errors import StrategyError, WatchGone
@@ -42,6 +42,8 @@ OwnedRunner = Callable[[str, str, base.PullStrategy, base.Fire], Awaitable[None]
 `(uri, strategy_type, pull, fire_here)`."""
 FIRE_SPAN = "mcpg.watch.fire"
 POLL_SPAN = "mcpg.watch.poll"
+CLOSE_TIMEOUT_S = 2.0
+"""How long a stopping watcher waits for its strategy's `close` (a connection's goodbye) before going on."""
 Audience = Callable[[catalog.Binding, Subscriber], bool]
 """Whether one subscriber of a fired binding is told. Must not raise: it decides for that subscriber only."""
 
@@ -112,7 +114,8 @@ class WatchRegistry:
         self.holdings = limits.Watches(limits_cfg or config.LimitsConfig())
         self._watchers: dict[str, Watcher] = {}
         metrics.sources_down.set_function(self.sources_down)
-        self._stopping: set[asyncio.Task[None]] = set()
+        self._stopping: cancellation.Stopping[Watcher] = cancellation.Stopping()
+        """Watchers asked to stop (their last subscriber left) that have not yet: shown, and waited for in bound."""
         self._lifetimes: collections.deque[_Lifetime] = collections.deque()
         self._subscriptions = 0
         """(subscriber, URI) pairs held now: the live entries among `_lifetimes`."""
@@ -247,18 +250,25 @@ class WatchRegistry:
             self._metrics.notifications_dropped.labels(pending.strategy).inc(missing)
         return len(told) - outcomes[Outcome.CLOSED]
 
+    def stopping(self) -> list[cancellation.Stop[Watcher]]:
+        """Watchers asked to stop that are still running (a strategy slow to close, or one abandoned at shutdown)."""
+        return self._stopping.now()
+
     async def close(self) -> None:
+        """Stop every watcher, waiting for them at most `cancellation.STOP_TIMEOUT_S`: one that does not stop
+        by then (its strategy ignores the cancel) is abandoned and logged by name, and shutdown goes on."""
+        others = []
         if self._reaper is not None:
             self._reaper.cancel()
-            self._stopping.add(self._reaper)
+            others.append(self._reaper)
         for watcher in list(self._watchers.values()):
             self._stop(watcher)
         self._watchers.clear()
-        await self._wait_stopped()
+        await self._wait_stopped(others)
 
-    async def _wait_stopped(self) -> None:
-        if self._stopping:
-            await asyncio.gather(*self._stopping, return_exceptions=True)
+    async def _wait_stopped(self, others: list[asyncio.Task[None]]) -> None:
+        tasks = [*self._stopping.tasks(), *others]
+        await cancellation.stopped(tasks, cancellation.STOP_TIMEOUT_S, "stopping the watches")
 
     # --- bookkeeping -----------------------------------------------------------------------------------
 
@@ -355,18 +365,17 @@ class WatchRegistry:
         return watcher
 
     def _stop(self, watcher: Watcher) -> None:
-        if watcher.task is not None and not watcher.task.done():
-            watcher.task.cancel()
-            self._stopping.add(watcher.task)
-            watcher.task.add_done_callback(self._stopping.discard)
+        if watcher.task is not None:
+            self._stopping.stop(watcher.task, watcher)  # listed until its task has ended
 
     async def _run(self, watcher: Watcher) -> None:
         try:
-            if await self._start_strategy(watcher):
+            # Checked: a baseline read (asyncpg, nats-py, a plugin) may swallow the stop of a watch left at once.
+            if await cancellation.checked(self._start_strategy(watcher)):
                 await self._supervise(watcher)
         finally:
             with contextlib.suppress(Exception):
-                await watcher.strategy.close()
+                await cancellation.within(watcher.strategy.close(), CLOSE_TIMEOUT_S, f"closing watch {watcher.uri}")
 
     async def _start_strategy(self, watcher: Watcher) -> bool:
         try:
@@ -395,6 +404,7 @@ class WatchRegistry:
                 self._gone(watcher, gone)
                 return
             except Exception:  # isolation boundary: one crashing watch must not stop the others
+                cancellation.reraise()  # an error after a swallowed cancel: the watch was stopping, not crashing
                 logger.exception("watch %s (%s) crashed; restarting", watcher.uri, watcher.strategy_type)
                 self._metrics.strategy_restarts.labels(watcher.strategy_type).inc()
                 await self._clock.sleep(backoff.delay_s(attempt))
@@ -428,7 +438,7 @@ class WatchRegistry:
             await self._wait_cadence(watcher, pull)
             # One trace per poll: its read (the strategy's span), whether it changed, and the fire when it did.
             with tracing.span(POLL_SPAN, attributes) as span:
-                changed = await pull.check()
+                changed = await cancellation.checked(pull.check())  # a read may swallow the stop: fire nothing
                 span.set_attribute(tracing.CHANGED, changed)
                 if changed:
                     await fire()

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from mcpg_gateway import catalog, liveness
+from mcpg_gateway import cancellation, catalog, liveness
 from mcpg_gateway.contract import config
 
 Fire = Callable[[], Awaitable[None]]
@@ -68,7 +68,7 @@ async def run_pull(pull: PullStrategy, clock: Clock, fire: Fire) -> None:
     """A pull strategy run alone: sleep, check, fire on a change; until cancelled."""
     while True:
         await clock.sleep(pull.interval_s)
-        if await pull.check():
+        if await cancellation.checked(pull.check()):  # a read may swallow the stop (`cancellation.py`)
             await fire()
 
 

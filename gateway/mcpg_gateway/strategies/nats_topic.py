@@ -9,6 +9,7 @@ reconnects through `reconnect` (the first to get there opens the new connection)
 Each connection proves it is alive every `liveness.interval_s` with a flush (a PING the server must answer
 within `liveness.timeout_s`); one that does not answer is closed, which every watch on it sees as a lost
 connection (`liveness.py`). The same round trips are each watch's `last_round_trip` in the admin API.
+nats-py may swallow a cancel (`cancellation.py`): each await into it is re-checked, and closing waits in bound.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from mcpg_gateway import liveness, redaction
+from mcpg_gateway import cancellation, liveness, redaction
 from mcpg_gateway.contract import config
 from mcpg_gateway.errors import StrategyError
 from mcpg_gateway.strategies import base, reconnect
@@ -111,6 +112,9 @@ class NatsLink:
         except _NATS_ERRORS as e:
             await unsubscribe(sub)
             raise StrategyError(f"{failed}: {self._describe(e)}") from None
+        if cancellation.requested():  # the watch stopped while the server confirmed: leave nothing subscribed
+            await unsubscribe(sub)
+            raise asyncio.CancelledError
         if not nc.is_connected:
             raise StrategyError(f"{failed}: the connection closed meanwhile")
         return nc, sub
@@ -119,10 +123,10 @@ class NatsLink:
         self._closed = True
         if self._prober is not None:
             self._prober.cancel()
-            await asyncio.gather(self._prober, return_exceptions=True)
+            await cancellation.stopped([self._prober], cancellation.STEP_TIMEOUT_S, f"closing NATS {self.where}")
         nc, self._nc = self._nc, None
         if nc is not None:
-            await close_quietly(nc)
+            await cancellation.within(close_quietly(nc), cancellation.STEP_TIMEOUT_S, f"closing NATS {self.where}")
 
     async def _client(self) -> NatsClient:
         async with self._lock:
@@ -146,7 +150,8 @@ class NatsLink:
             if nc is not self._nc or nc.is_closed:
                 return
             try:
-                await nc.flush(timeout=rules.timeout_s)  # type: ignore[arg-type]  # annotated int; a float works
+                # Annotated int; a float works. Checked: its wait may swallow the probe's stop.
+                await cancellation.checked(nc.flush(timeout=rules.timeout_s))  # type: ignore[arg-type]
             except _NATS_ERRORS as e:
                 if nc is self._nc:
                     logger.warning(
@@ -189,6 +194,9 @@ class NatsLink:
         except asyncio.CancelledError:
             await close_quietly(nc)  # the gateway is stopping mid-connect: leave nothing half-open
             raise
+        if cancellation.requested():  # the same, when nats-py's connect swallowed the stop
+            await close_quietly(nc)
+            raise asyncio.CancelledError
         logger.info("connected to NATS at %s", self.where)
         return nc
 

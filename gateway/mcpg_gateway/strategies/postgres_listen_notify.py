@@ -8,17 +8,17 @@ not inspected. A lost connection is reopened with backoff and then fires once (s
 A LISTEN connection is silent by nature, so silence proves nothing: every `liveness.interval_s` it makes a
 round trip (`SELECT 1`), and one not answered within `liveness.timeout_s` ends the connection, which is then
 lost like a closed one (`liveness.py`). The server is asked to keep TCP keepalives at the same rhythm, so the
-backend of a connection cut off from this side is ended by the server too instead of lingering.
+backend of a connection cut off from this side is ended by the server too instead of lingering. A stopping
+watch waits for its probe in bound, and never takes the probe's end for its own (`cancellation.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Any
 
-from mcpg_gateway import liveness, redaction
+from mcpg_gateway import cancellation, liveness, redaction
 from mcpg_gateway.contract import config
 from mcpg_gateway.errors import StrategyError
 from mcpg_gateway.strategies import base, pg, reconnect
@@ -74,7 +74,7 @@ class PostgresListenWatch:
         while not conn.is_closed():
             await rules.sleep(rules.interval_s)
             try:
-                async with asyncio.timeout(rules.timeout_s):
+                async with cancellation.guarded(rules.timeout_s):
                     await conn.fetchval("SELECT 1")
             except TimeoutError:
                 self._lost(conn, "unresponsive", f"no answer to a round trip within {rules.timeout_s:g} s")
@@ -90,8 +90,9 @@ class PostgresListenWatch:
         prober, self._prober = self._prober, None
         if prober is not None and prober is not asyncio.current_task():
             prober.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await prober
+            # Not `suppress(CancelledError)` around `await prober`: that also ate this task's own stop, and the
+            # watch reconnected and fired for nobody. `stopped` raises only this task's cancel, and is bounded.
+            await cancellation.stopped([prober], cancellation.STEP_TIMEOUT_S, f"stopping the probe of {self._what}")
 
     def _on_notify(self, conn: Any, pid: int, channel: str, payload: str) -> None:
         self._signal.changed()

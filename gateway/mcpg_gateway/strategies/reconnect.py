@@ -2,7 +2,9 @@
 
 A connection that dropped may have dropped events with it, and nothing can tell which. So a watch that
 reconnects fires exactly once afterwards: subscribers re-read once instead of silently missing a change.
-Backoff sleeps go through the watch's clock (real in production, driven by the test in tests).
+Backoff sleeps go through the watch's clock (real in production, driven by the test in tests). A client may
+swallow the watch's stop while connecting (`cancellation.py`): each attempt re-checks it, or this loop would
+reconnect and fire for a watch nobody holds.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import itertools
 import logging
 from collections.abc import Awaitable, Callable
 
-from mcpg_gateway import backoff
+from mcpg_gateway import backoff, cancellation
 from mcpg_gateway.errors import StrategyError
 from mcpg_gateway.strategies import base
 
@@ -59,7 +61,7 @@ async def reconnect(connect: Callable[[], Awaitable[None]], ctx: base.WatchConte
     """Call `connect` until it succeeds. Each failure counts as a failed read, so the admin API shows it."""
     for attempt in itertools.count():
         try:
-            await connect()
+            await cancellation.checked(connect())
         except StrategyError as e:
             ctx.stats.failed()
             delay = backoff.delay_s(attempt)

@@ -15,7 +15,8 @@ The query is this connection's liveness round trip (`liveness.py`): one that tak
 ends the connection, because a server that stopped answering (a partition, a frozen process) looks exactly
 like that and the same socket would never answer again; a dead connection is noticed within one interval and
 one timeout.
-Connections are read-only (`default_transaction_read_only`): a tracking query never writes.
+Connections are read-only (`default_transaction_read_only`): a tracking query never writes. A state (another
+gateway's, from the bus) that cannot be read back is refused with `ValueError`, never a crash.
 
 A pull strategy (`base.PullStrategy`): its state is the last value (`sql_values`), tagged with a digest of the
 query, so a gateway running another query (a configuration change mid-rollout) never compares against it.
@@ -23,7 +24,6 @@ query, so a gateway running another query (a configuration change mid-rollout) n
 
 from __future__ import annotations
 
-import asyncio
 import decimal
 import hashlib
 import logging
@@ -31,7 +31,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from mcpg_gateway import liveness, redaction
+from mcpg_gateway import cancellation, liveness, redaction
 from mcpg_gateway.contract import config
 from mcpg_gateway.errors import StrategyError
 from mcpg_gateway.strategies import base, pg, sql_values
@@ -153,7 +153,7 @@ class SqlPollingWatch:
     async def _read(self) -> Any:
         conn = await self._connection()
         try:
-            async with asyncio.timeout(self._timeout_s):
+            async with cancellation.guarded(self._timeout_s):
                 stmt = await conn.prepare(self._query)
                 column_type([attr.type.name for attr in stmt.get_attributes()])
                 rows = await stmt.fetch()

@@ -63,7 +63,7 @@ def decode(text: str) -> Any:
     """The value `encode` wrote. `ValueError` if `text` is not one."""
     try:
         tag, shown = json.loads(text)
-    except (ValueError, TypeError) as e:
+    except (ValueError, TypeError, RecursionError) as e:  # RecursionError: nested deeper than the parser goes
         raise ValueError("not an encoded tracking value") from e
     if not isinstance(tag, str) or not isinstance(shown, str):
         raise ValueError("not an encoded tracking value")

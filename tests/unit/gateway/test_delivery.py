@@ -13,7 +13,12 @@ import socket
 
 import httpx2
 import pytest
+from starlette.types import Message
 
+from mcpg_gateway import streams
+from mcpg_gateway.delivery import Delivery
+from mcpg_gateway.metrics import Metrics
+from mcpg_gateway.subscribers import Outcome, Pending, Subscriber
 from mcpg_testing import BOUND_S
 from mcpg_testing.clients import ERAS, subscribed
 from mcpg_testing.configs import gateway_config, resource
@@ -169,3 +174,30 @@ async def _stuck_listen_stream(port: int) -> socket.socket:
         f"mcp-method: subscriptions/listen\r\ncontent-length: {len(body)}\r\n\r\n"
     ).encode()
     return await _small_window(port, head + body, until=b"acknowledged")
+
+
+async def test_a_delivery_stopped_as_its_slow_write_completes_writes_nothing_more() -> None:
+    """The subscriber goes away in the same loop pass as the write it waited for completes: its task must stop
+    there, not go on to write what its outbox holds (in 3.11 `asyncio.wait_for` lost such a cancel)."""
+    sent: list[bytes] = []
+    drained = asyncio.Event()
+
+    async def send(message: Message) -> None:
+        sent.append(message["body"])
+        if len(sent) == 1:
+            await drained.wait()  # the connection's buffers are full until the test drains them
+
+    stream = streams.Stream(send)
+    stream.started = True
+    sub = Subscriber("session")
+    delivery = Delivery(sub, lambda: stream, Metrics(), BOUND_S, lambda s, uri: b"")
+    assert delivery.deliver(Pending("x://a", "webhook"), b"") is Outcome.QUEUED  # its write waits, in a task
+    assert delivery.deliver(Pending("x://b", "webhook"), b"") is Outcome.QUEUED  # behind it, in the outbox
+    [task] = delivery_tasks()
+    await asyncio.sleep(0)  # one pass: the task now waits for the first write
+    drained.set()
+    delivery.stop()
+    async with asyncio.timeout(BOUND_S):
+        await asyncio.wait({task})
+    assert task.cancelled()
+    assert len(sent) == 1  # x://b was never written

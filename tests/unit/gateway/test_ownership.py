@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
+import logging
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import httpx2
 import nats as nats_py
@@ -17,8 +19,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from nats.js.kv import KeyValue
+from prometheus_client import CollectorRegistry
+from pydantic import SecretStr
 
 from mcpg_gateway import bus, errors, ownership
+from mcpg_gateway.contract import config
 from mcpg_testing import BOUND_S
 from mcpg_testing.clients import Subscription, refusal, subscribed
 from mcpg_testing.clock import ManualClock
@@ -315,3 +320,249 @@ async def test_a_stopping_owner_releases_its_lease_and_another_gateway_takes_ove
     finally:
         for h in held:
             await h.close()
+
+
+# --- a watch whose last subscriber leaves stops, whatever its cancellation met ---------------------------------
+
+
+class CancelSwallowingState:
+    """The state bucket, but an armed put returns normally when its caller is cancelled after the reply came:
+    what 3.11's `asyncio.wait_for` in nats-py does when the reply and the cancel land in the same loop pass."""
+
+    def __init__(self, real: KeyValue) -> None:
+        self.real = real
+        self.armed = False
+        self.entered = asyncio.Event()
+        self.swallowed = 0
+
+    async def put(self, key: str, value: bytes) -> int:
+        revision: int = await self.real.put(key, value)
+        if self.armed:
+            self.armed = False
+            self.entered.set()
+            try:
+                await asyncio.Event().wait()  # the reply is in; the caller's cancel comes now ...
+            except asyncio.CancelledError:
+                self.swallowed += 1  # ... and is lost, the result returned
+        return revision
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+async def swallow_state_puts(the_bus: bus.Bus) -> CancelSwallowingState:
+    async with asyncio.timeout(BOUND_S):
+        await the_bus.until(lambda: the_bus.buckets is not None)
+    assert the_bus.buckets is not None
+    state = CancelSwallowingState(the_bus.buckets.state)
+    the_bus.buckets = dataclasses.replace(the_bus.buckets, state=cast(KeyValue, state))
+    return state
+
+
+@dataclass
+class ScriptedPull:
+    """A pull strategy that reports whatever the test says, counting its reads."""
+
+    changed: bool = False
+    checks: int = 0
+    interval_s: float = 10.0
+
+    async def check(self) -> bool:
+        self.checks += 1
+        return self.changed
+
+    def snapshot(self) -> str:
+        return str(self.checks)
+
+    def resume(self, state: str) -> None:
+        return None
+
+
+def a_bus(server: NatsServer, registry: CollectorRegistry) -> bus.Bus:
+    name = f"t{uuid.uuid4().hex[:12]}"
+    cfg = config.BusConfig(
+        url=server.address,
+        user=server.user,
+        password=SecretStr(server.password),
+        subject_prefix=name,
+        bucket=name,
+        lease_ttl_s=1,
+    )
+    return bus.Bus(cfg, "a", registry, grace_s=5)
+
+
+def watch_tasks(uri: str) -> list[asyncio.Task[Any]]:
+    """The tasks still running a watcher of `uri` (`watch <uri>`, and its lease's and reading's `watch <uri> …`)."""
+    return [t for t in asyncio.all_tasks() if t.get_name().startswith(f"watch {uri}") and not t.done()]
+
+
+async def test_an_owner_whose_state_store_swallowed_its_cancel_still_stops_and_releases_its_lease(
+    bus_server: NatsServer, clock: ManualClock
+) -> None:
+    registry = CollectorRegistry()
+    the_bus = a_bus(bus_server, registry)
+    await the_bus.start()
+    try:
+        state = await swallow_state_puts(the_bus)
+        owners, pull, told = ownership.Owners(the_bus, clock), ScriptedPull(), asyncio.Event()
+
+        async def deliver() -> None:
+            told.set()
+
+        task = asyncio.create_task(owners.run(POLLED, "poll", pull, deliver), name=f"watch {POLLED}")
+        await clock.sleepers(1)  # owned, its baseline stored; it waits for its interval
+        state.armed, pull.changed = True, True
+        await clock.release(1)
+        async with asyncio.timeout(BOUND_S):
+            await told.wait()
+            await state.entered.wait()  # told everyone; storing the state after the fire
+        task.cancel()  # its last subscriber left
+        await asyncio.wait([task, *watch_tasks(POLLED)], timeout=BOUND_S)
+        assert watch_tasks(POLLED) == [], "the owned loop kept running after its watcher was cancelled"
+        assert task.cancelled()
+        assert state.swallowed == 1
+        assert pull.checks == 1  # it read nothing more
+        assert not owners.owns(POLLED)
+        assert registry.get_sample_value("mcpg_bus_lease_changes_total", {"event": "released"}) == 1
+    finally:
+        await the_bus.close()
+
+
+async def test_ten_listen_change_close_cycles_leave_no_watch_running_and_the_gateway_stops_in_bound(
+    cluster: Cluster,
+) -> None:
+    """Each listen leaves right after the fire, while the owner stores its state, and the store swallows the
+    cancel each time (the race a real client hits now and then, made certain here)."""
+    [gw] = await cluster.start("a")
+    assert gw.gw.bus is not None
+    state = await swallow_state_puts(gw.gw.bus)
+    for n in range(10):
+        async with subscribed(gw.mcp_url, "listen", [POLLED]) as sub:
+            await owning(gw)
+            await cluster.clock.sleepers(1)  # the owner has resumed, checked, and waits for its interval
+            cluster.upstream.set("/notes", f'{{"v": {n + 10}}}')
+            state.armed, state.entered = True, asyncio.Event()
+            await cluster.clock.release(1)
+            assert await sub.next_update() == POLLED
+            async with asyncio.timeout(BOUND_S):
+                await state.entered.wait()
+    await asyncio.wait(watch_tasks(POLLED) or [asyncio.create_task(asyncio.sleep(0))], timeout=BOUND_S)
+    assert watch_tasks(POLLED) == []
+    assert state.swallowed == 10
+    listed = await admin_get_watches(gw)
+    assert (listed["watches"], listed["stopping"]) == ([], [])
+    assert sample(gw, "mcpg_bus_owned_watches") == 0
+    reads = cluster.upstream.hits["/notes"]
+    await cluster.clock.release(0)  # anything still reading would read now
+    await gw.shutdown()  # within BOUND_S
+    assert cluster.upstream.hits["/notes"] == reads
+
+
+async def admin_get_watches(gw: RunningGateway) -> dict[str, Any]:
+    async with httpx2.AsyncClient() as http:
+        resp = await http.get(f"{gw.admin}/admin/v1/watches", headers={"authorization": f"Bearer {ADMIN_TOKEN}"})
+    assert resp.status_code == 200
+    return cast(dict[str, Any], resp.json())
+
+
+# --- what the buckets hold is another client's word ------------------------------------------------------------
+
+
+def warned(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == ownership.__name__ and r.levelno >= logging.WARNING]
+
+
+DEEP = b"[" * 30_000 + b"]" * 30_000
+"""Within the state entry's size bound, and nested far deeper than the JSON parser goes."""
+
+
+def test_a_state_entry_that_is_not_ours_is_no_state_whatever_its_bytes() -> None:
+    nested_state = ownership.state_value('["text", "x"]').replace(b'[\\"text\\", \\"x\\"]', DEEP)
+    for data in (DEEP, b"\xff\xfe", b'{"v": true, "state": "x"}', b'{"v": 1, "state": "\\ud800"}', nested_state):
+        assert ownership.stored_state(data) is None or data is nested_state
+    assert ownership.stored_state(b'{"v": 1, "state": "' + b"0" * ownership.MAX_STATE_BYTES + b'"}') is None
+    with pytest.raises(ValueError, match="at most"):
+        ownership.state_value("0" * ownership.MAX_STATE_BYTES)
+
+
+async def test_a_state_entry_nested_too_deep_to_parse_is_discarded_once_and_a_real_change_is_still_told(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    [gw] = await cluster.start("a")
+    the_bus = gw.gw.bus
+    assert the_bus is not None
+    async with asyncio.timeout(BOUND_S):
+        await the_bus.until(lambda: the_bus.buckets is not None)
+    async with cluster.state_bucket() as kv:
+        await kv.put(bus.uri_hash(POLLED), DEEP)
+    caplog.set_level(logging.WARNING, logger="mcpg_gateway.ownership")
+    async with subscribed(gw.mcp_url, "listen", [POLLED, SENTINEL_URI]) as sub:
+        await owning(gw)
+        await cluster.clock.sleepers(1)  # it took its own baseline, and waits for its interval
+        assert await cluster.stored() == digest(V1)  # the bad entry is gone: overwritten
+        cluster.upstream.set("/notes", V2)
+        await cluster.clock.release(1)
+        assert await sub.next_update() == POLLED
+        await only_sentinel_follows(gw, [sub])
+    assert sample(gw, "mcpg_watch_strategy_restarts_total", strategy="poll") == 0
+    [line] = warned(caplog)
+    assert line == f"the stored state of {POLLED} is not one this gateway wrote; taking its own baseline"
+
+
+def test_a_lease_names_its_holder_only_if_a_log_line_can_show_it() -> None:
+    assert ownership.lease_holder(ownership.lease_value("gw-0")) == "gw-0"
+    for data in (None, DEEP, b'{"owner": "a\\nb"}', b'{"owner": ""}', b'{"owner": 7}', b'{"owner": "\\ud800"}'):
+        assert ownership.lease_holder(data) is None
+    assert ownership.lease_holder(ownership.lease_value("x" * 254)) is None
+
+
+def test_a_contended_lease_s_holder_is_suspect_once_per_episode_and_only_if_no_gateway_goes_by_its_name() -> None:
+    contention = ownership.Contention(since=100.0, suspect_after_s=20.0)
+    assert contention.read_due(100.0)
+    contention.read_at = 100.0
+    assert not contention.read_due(119.0)
+    assert contention.read_due(120.0)
+    assert not contention.suspect(119.0, "intruder", set())  # too early: a real gateway may not have reported yet
+    assert not contention.suspect(120.0, "gw-1", {"gw-1"})  # a gateway heard on the bus
+    assert contention.suspect(120.0, None, {"gw-1"})  # an entry no gateway wrote
+    assert not contention.suspect(200.0, "intruder", set())  # said once this episode
+
+
+async def test_a_lease_kept_by_a_name_no_gateway_goes_by_is_said_once_counted_and_shown(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    [gw] = await cluster.start("a")
+    the_bus, the_owners = gw.gw.bus, gw.gw.owners
+    assert the_bus is not None
+    assert the_owners is not None
+    async with asyncio.timeout(BOUND_S):
+        await the_bus.until(lambda: the_bus.buckets is not None)
+    nc = await nats_py.connect(cluster.server.url)
+    kv = await nc.jetstream().key_value(f"{cluster.name}-owners")
+    key, forged = bus.uri_hash(POLLED), ownership.lease_value("intruder")
+    revision = await kv.create(key, forged)
+
+    async def keep_renewing() -> None:
+        nonlocal revision
+        while True:
+            await asyncio.sleep(0.2)  # the forger's own cadence, well within the 1 s TTL (not a wait for anything)
+            revision = await kv.update(key, forged, last=revision)
+
+    forger = asyncio.create_task(keep_renewing())
+    caplog.set_level(logging.WARNING, logger="mcpg_gateway.ownership")
+    try:
+        async with subscribed(gw.mcp_url, "listen", [POLLED]):
+            async with asyncio.timeout(BOUND_S):
+                await the_owners.until(lambda: the_owners.holder(POLLED) == "intruder")
+            assert (await admin_watches(gw))[POLLED]["lease_holder"] == "intruder"
+            assert sample(gw, "mcpg_bus_leases_held_by_unknown_total") == 0  # not yet: too early to tell
+            cluster.clock.advance(2 * 10.0)  # twice the longer of the TTL (1 s) and the liveness interval (10 s)
+            async with asyncio.timeout(BOUND_S):
+                await the_owners.until(lambda: sample(gw, "mcpg_bus_leases_held_by_unknown_total") == 1)
+            assert gw.gw.owner_of(POLLED) is False
+    finally:
+        forger.cancel()
+        await asyncio.gather(forger, return_exceptions=True)
+        await nc.close()
+    [line] = warned(caplog)
+    assert line.startswith(f"the lease of {POLLED} has been held by 'intruder' for 20 s, and no gateway on the bus")
