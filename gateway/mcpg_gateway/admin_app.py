@@ -6,9 +6,10 @@ says how to enable it. The token must be visible ASCII: a header's bytes are com
 sends non-ASCII as UTF-8 while the server reads headers as latin-1, so such a token could never match; the app
 refuses to build with one. Nothing here shows a secret: a webhook token appears only when the gateway generated
 it itself (the user has no other way to learn it). On a bus, each pull watch says whether this gateway owns it
-(`owner`), and /admin/v1/bus shows the bus as this gateway sees it (host:port). /admin/v1/upstreams lists the
-upstreams that rate-limited this gateway (host:port, never their credentials), and each watch says until when
-its reads are paused by one (`rate_limited_until`).
+(`owner`) and who holds its lease as far as this gateway knows (`lease_holder`), and /admin/v1/bus shows the bus
+as this gateway sees it (host:port). /admin/v1/upstreams lists the upstreams that rate-limited this gateway
+(host:port, never their credentials), and each watch says until when its reads are paused by one
+(`rate_limited_until`). A watch asked to stop that still runs is listed under `stopping` until it has.
 """
 
 from __future__ import annotations
@@ -120,10 +121,25 @@ def _watches(gw: Gateway) -> dict[str, Any]:
                 "failed_reads": w.stats.failures,
                 "source": _source(w.stats.connection),
                 "owner": gw.owner_of(w.uri),
+                "lease_holder": _holder(gw, w.uri),
                 "rate_limited_until": _from_now(gw.http_reader().paused_for(w.binding)),
             }
         )
-    return {"watches": out}
+    return {"watches": out, "stopping": _stopping(gw)}
+
+
+def _holder(gw: Gateway, uri: str) -> str | None:
+    """Who holds a pull watch's lease on a bus, as far as this gateway knows (`ownership.Owners.holder`)."""
+    return gw.owners.holder(uri) if gw.owners is not None and gw.owner_of(uri) is not None else None
+
+
+def _stopping(gw: Gateway) -> list[dict[str, Any]]:
+    """Watchers whose last subscriber left and that have not stopped yet: a watch never runs out of sight."""
+    return [
+        {"uri": s.subject.uri, "resource": s.subject.binding.entry.name, "strategy": s.subject.strategy_type}
+        | {"stopping_since": _iso(s.since)}
+        for s in gw.stopping_watches()
+    ]
 
 
 def _source(conn: liveness.Connection) -> dict[str, Any] | None:
@@ -174,23 +190,32 @@ def _bus(gw: Gateway) -> dict[str, Any]:
             "ready": not b.unready(),
             "peers": _peers(gw),
             "down_long": gw.down_long(),
-            "preferred_elsewhere": _elsewhere(gw.preferred_elsewhere()),
+            **_elsewhere(gw.peers_decision()),
         }
     }
 
 
 def _peers(gw: Gateway) -> list[dict[str, Any]]:
-    """The other gateways heard from lately, and how many resources each holds up and down (`peers.py`)."""
+    """The other gateways heard from lately: how many resources each holds up and down, whether it says it is
+    ready, and whether its word counts yet (`peers.py`)."""
     if gw.peers is None:
         return []
     return [
-        {"instance": r.instance, "up": len(r.up), "down": len(r.down)}
-        for r in sorted(gw.peers.fresh(time.time()), key=lambda r: r.instance)
+        {"instance": h.report.instance, "up": len(h.report.up), "down": len(h.report.down)}
+        | {"ready": h.report.ready, "trusted": h.trusted}
+        for h in gw.peers.fresh(time.time())
     ]
 
 
-def _elsewhere(found: peers.Elsewhere | None) -> dict[str, str] | None:
-    return None if found is None else {"resource": found.resource, "gateway": found.gateway}
+def _elsewhere(decision: peers.Decision) -> dict[str, Any]:
+    """Whom this gateway defers to, or for which resources it stays although a trusted gateway holds them up."""
+    found = decision.elsewhere
+    return {
+        "preferred_elsewhere": None if found is None else {"resource": found.resource, "gateway": found.gateway},
+        "anchor_for": [
+            {"resource": a.resource, "gateway": a.gateway, "sharing": list(a.sharing)} for a in decision.anchored
+        ],
+    }
 
 
 def _upstreams(gw: Gateway) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from typing import Any
 
 from mcpg_gateway import (
     bus,
+    cancellation,
     catalog,
     identity,
     lease,
@@ -83,7 +84,9 @@ class Gateway:
         self.peers = peers.Peers(self.bus.instance, self.liveness) if self.bus is not None else None
         """What the other gateways on the bus say about their event sources (`peers.py`), for /readyz."""
         self._reporter: asyncio.Task[None] | None = None
-        self.owners = ownership.Owners(self.bus, self.options.clock) if self.bus is not None else None
+        self.owners = (
+            ownership.Owners(self.bus, self.options.clock, self._gateways_heard) if self.bus is not None else None
+        )
         """Which pull watches this gateway reads for all (on a bus)."""
         self._watches = watchers.WatchRegistry(
             build,
@@ -117,19 +120,30 @@ class Gateway:
 
     def unready_reason(self) -> str | None:
         """Why /readyz should answer 503 now, or None when ready."""
-        if self.subscribers.closing.is_set():
-            return "shutting down"
-        if self.bus is not None and self.bus.unready():
-            return "bus unreachable"
+        own = self._unready_here()
+        if own is not None:
+            return own
         if self.preferred_elsewhere() is not None:
             return "an event source is unreachable from here and reachable from another gateway"
         return None
 
+    def _unready_here(self) -> str | None:
+        """Why this gateway is unready apart from the peers' word: what its sources report says as `ready`."""
+        if self.subscribers.closing.is_set():
+            return "shutting down"
+        if self.bus is not None and self.bus.unready():
+            return "bus unreachable"
+        return None
+
     def preferred_elsewhere(self) -> peers.Elsewhere | None:
         """A resource whose event source another gateway on the bus reaches and this one has not for a while."""
+        return self.peers_decision().elsewhere
+
+    def peers_decision(self) -> peers.Decision:
+        """What the other gateways' reports do to /readyz now (`peers.py`): whom to defer to, or why not."""
         if self.peers is None:
-            return None
-        return self.peers.elsewhere(self._held(), time.time())
+            return peers.Decision()
+        return self.peers.decide(self._held(), time.time())
 
     def down_long(self) -> list[str]:
         """Resources whose event source this gateway has not reached for a while (what a peer may be preferred for)."""
@@ -148,7 +162,8 @@ class Gateway:
     async def _report_sources(self) -> None:
         assert self.bus is not None, "only a gateway on a bus reports its sources"
         while True:
-            await self.bus.announce_sources(peers.report(self.bus.instance, self._held()).encode())
+            ready = self._unready_here() is None
+            await self.bus.announce_sources(peers.report(self.bus.instance, self._held(), ready).encode())
             await self.liveness.sleep(self.liveness.interval_s)
 
     # --- what a caller may see --------------------------------------------------------------------------------
@@ -238,6 +253,14 @@ class Gateway:
         """The watchers running now (one per subscribed URI), for the admin API."""
         return self._watches.watchers()
 
+    def stopping_watches(self) -> list[cancellation.Stop[watchers.Watcher]]:
+        """The watchers asked to stop that still run (their last subscriber left), for the admin API."""
+        return self._watches.stopping()
+
+    def _gateways_heard(self) -> set[str]:
+        """The names of the gateways heard on the bus lately: a lease holder by another name is suspect."""
+        return {h.report.instance for h in self.peers.fresh(time.time())} if self.peers is not None else set()
+
     def watcher(self, uri: str) -> watchers.Watcher | None:
         return self._watches.get(uri)
 
@@ -250,12 +273,15 @@ class Gateway:
         return self._reader
 
     async def aclose(self) -> None:
+        """Stop everything, each step in bound (`cancellation.py`): what does not finish in time is abandoned
+        and logged, and the next step runs, so a shutdown always completes."""
         if self._reporter is not None:
             self._reporter.cancel()
-            await asyncio.gather(self._reporter, return_exceptions=True)
+            await cancellation.stopped([self._reporter], cancellation.STEP_TIMEOUT_S, "stopping the sources report")
         self.subscribers.end_listen_streams()
-        await self._watches.close()  # releases the leases of owned watches: the bus closes after
+        await self._watches.close()  # releases the leases of owned watches (the bus closes after), in bound
         if self.bus is not None:
-            await self.bus.close()
-        await strategies.close_shared(self._shared)
-        await self._reader.close()
+            await self.bus.close()  # in bound
+        step_s = cancellation.STEP_TIMEOUT_S
+        await cancellation.within(strategies.close_shared(self._shared), step_s, "closing the shared clients")
+        await cancellation.within(self._reader.close(), step_s, "closing the HTTP reader")

@@ -35,7 +35,7 @@ async def admin_get(gw: RunningGateway, path: str, token: str | None = "adm-toke
 
 async def test_an_empty_watch_list_means_nothing_is_subscribed(gw: RunningGateway) -> None:
     resp = await admin_get(gw, "/admin/v1/watches")
-    assert resp.json() == {"watches": []}
+    assert resp.json() == {"watches": [], "stopping": []}
 
 
 async def test_the_watch_list_shows_each_running_watcher(gw: RunningGateway) -> None:

@@ -324,6 +324,7 @@ async def test_the_bus_is_shown_as_host_and_port_and_its_password_never_shows(
             "peers": [],
             "down_long": [],
             "preferred_elsewhere": None,
+            "anchor_for": [],
         }
     }
     assert "mcpg_bus_connected 1.0" in metrics
@@ -387,3 +388,36 @@ async def test_junk_on_the_fire_subjects_tells_nobody_is_counted_and_logged_once
     assert sample(gw, "mcpg_bus_fires_received_total") == 1
     warnings = [r for r in caplog.records if "not a fire" in r.getMessage()]
     assert len(warnings) == 1
+
+
+async def test_a_fire_nested_too_deep_oversized_or_with_a_uri_utf8_cannot_carry_is_junk_like_any_other(
+    gateway_factory: GatewayFactory, bus_server: NatsServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What the JSON parser cannot take (nesting past its depth), what no fire is (larger than any URI makes),
+    and a `uri` with a lone surrogate (JSON carries it, UTF-8 cannot, so it hashes to no subject): each is
+    counted as junk, and the one warning is the junk's, not a parser's or the client's error callback."""
+    setup = Setup(bus_server)
+    [gw] = await start(gateway_factory, setup, ["a"])
+    surrogate = '{"uri": "\\ud800"}'
+    junk = [
+        (HOOK, b"[" * 30_000 + b"]" * 30_000),
+        (HOOK, json.dumps({"uri": HOOK, "pad": "x" * 64 * 1024}).encode()),
+        (HOOK, surrogate.encode()),
+    ]
+    async with subscribers([gw], ["listen"], [HOOK, SENTINEL_URI]) as subs:
+        caplog.set_level(logging.WARNING, logger="mcpg_gateway.bus")
+        nc = await nats_py.connect(bus_server.url)
+        try:
+            for uri, data in junk:
+                await nc.publish(bus.fire_subject(setup.name, uri), data)
+            fire = {"uri": SENTINEL_URI, "strategy": "webhook", "origin": "other"}
+            await nc.publish(bus.fire_subject(setup.name, SENTINEL_URI), json.dumps(fire).encode())
+            await nc.flush()
+        finally:
+            await nc.close()
+        [sub] = subs
+        assert await sub.next_update() == SENTINEL_URI
+        assert sub.drained() == []
+    assert sample(gw, "mcpg_bus_fires_malformed_total") == len(junk)
+    warned = [r.getMessage() for r in caplog.records if r.name == bus.__name__ and r.levelno >= logging.WARNING]
+    assert warned == [f"ignored a message on the fire subjects that is not a fire (counted in {bus.MALFORMED})"]
