@@ -5,7 +5,8 @@ second session of the same principal on the same URI costs nothing more. Admissi
 before any upstream read and before anything is evicted, and the registry records the holding in the same step,
 so two concurrent requests cannot both take the last slot:
 
-- a request naming more URIs than a principal may hold at all is refused whole (-42900);
+- a request naming more URIs than a principal may hold at all is refused whole (-42900), by its count, before
+  any URI is looked at (`check_named`; a listen checks it first of all);
 - the server-wide ceiling is checked first and only refuses (-50300, "server-wide", one WARN line), so a refusal
   never costs a subscription already held;
 - at the principal's own limit, its watch slowed the longest makes room (`watcher_evicted`); with none slowed,
@@ -81,12 +82,7 @@ class Watches:
         wanted = list(uris)
         mine = self.held(principal_id)
         limit = self._limits.watches_per_principal
-        if len(wanted) > limit:
-            raise Refusal(
-                errors.TOO_MANY_REQUESTS,
-                f"this request names {len(wanted)} URIs, and principal {principal_id!r} may hold at most {limit} "
-                "watches; name fewer",
-            )
+        check_named(principal_id, len(wanted), self._limits)
         fresh = tuple(uri for uri in wanted if uri not in mine)
         self._check_ceiling(len(fresh))
         room_needed = len(mine) + len(fresh) - limit
@@ -110,6 +106,18 @@ class Watches:
                 errors.UNAVAILABLE,
                 f"the server-wide watch ceiling ({ceiling}) is reached; retry later",
             )
+
+
+def check_named(principal_id: str, named: int, limits: config.LimitsConfig) -> None:
+    """Refuse (`Refusal`) a request naming more URIs than a principal may hold at all: by its count alone, so a
+    listen naming thousands is refused before any one of them is deduplicated, resolved or checked."""
+    limit = limits.watches_per_principal
+    if named > limit:
+        raise Refusal(
+            errors.TOO_MANY_REQUESTS,
+            f"this request names {named} URIs, and principal {principal_id!r} may hold at most {limit} watches; "
+            "name fewer",
+        )
 
 
 def _longest_slowed(uris: list[str], slowed_since: SlowedSince) -> list[str]:

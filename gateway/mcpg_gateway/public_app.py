@@ -1,13 +1,14 @@
 """The public HTTP surface (port 8080): /mcp, the webhook route, health, and the server card.
 
-/mcp checks the Origin first (`origins.py`), then the bearer token (`identity.protect`: the SDK's auth
-middleware), then the principal's share of sessions (`sessions.py`); the webhook route is gated by its token
-in the path, and health by nothing. /readyz answers 503 while the gateway is stopping, and on a bus once the
-bus has been unreachable for longer than a short grace, or while an event source another gateway reaches has
-been unreachable from here for a while (`peers.py`). The server card (`card.py`) is gated by nothing
-either, because it holds no secret: it is encoded once here, since the configuration never changes in a
-running process, and with `server.server_card` off its path is not routed at all, so it answers 404 like any
-unknown path.
+/mcp classifies each request first, once, as the SDK will read it (`mcp_requests.Front`), then checks the Origin
+(`origins.py`), the bearer token (`identity.protect`: the SDK's auth middleware), the principal's share of sessions
+(`sessions.py`), and last the body: read within its bound and its envelope checked (`mcp_requests.Envelope`),
+before the SDK reads it. The webhook route is gated by its token in the path, and health by nothing. /readyz
+answers 503 while the gateway is stopping, and on a bus once the bus has been unreachable for longer than a short
+grace, or while an event source another gateway reaches has been unreachable from here for a while (`peers.py`).
+The server card (`card.py`) is gated by nothing either, because it holds no secret: it is encoded once here, since
+the configuration never changes in a running process, and with `server.server_card` off its path is not routed at
+all, so it answers 404 like any unknown path.
 
 The MCP session manager is not tied to a Starlette lifespan here: `servers.py` enters it around both servers,
 so a shutdown can answer listen streams first and close sessions before the HTTP servers stop.
@@ -25,7 +26,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from mcpg_gateway import card, identity, origins, sessions, webhooks
+from mcpg_gateway import card, identity, mcp_requests, origins, sessions, webhooks
 from mcpg_gateway.gateway import Gateway
 
 CARD_CACHE_CONTROL = "public, max-age=300"
@@ -34,12 +35,16 @@ CARD_CACHE_CONTROL = "public, max-age=300"
 
 def build(gw: Gateway, manager: StreamableHTTPSessionManager) -> ASGIApp:
     """The webhook route (plain ASGI, see webhooks.py) in front of a Starlette app for the rest."""
-    server = gw.config.gateway.server
-    # Behind authentication, so the session limit knows whose session a request would open (`sessions.py`).
+    server, limits = gw.config.gateway.server, gw.config.gateway.limits
     # Innermost, so each request's stream is the SDK's own response (`streams.py`).
     sdk_app = gw.streams.capture(StreamableHTTPASGIApp(manager))
-    sessions_app = sessions.SessionLimit(sdk_app, manager, gw.config.gateway.limits.sessions_per_principal, gw.metrics)
-    mcp_endpoint = origins.OriginGuard(identity.protect(sessions_app, gw.identity, gw.metrics), server.allowed_origins)
+    # Behind authentication, so no unknown caller has a body read, and the session limit knows whose session a
+    # request would open (`sessions.py`); the limit first, as it needs no body.
+    body_limits = mcp_requests.body_limit(limits), mcp_requests.listen_body_limit(limits)
+    bounded = mcp_requests.Envelope(sdk_app, *body_limits, gw.metrics)
+    sessions_app = sessions.SessionLimit(bounded, manager, limits.sessions_per_principal, gw.metrics)
+    guarded = origins.OriginGuard(identity.protect(sessions_app, gw.identity, gw.metrics), server.allowed_origins)
+    mcp_endpoint = mcp_requests.Front(guarded)
     routes = [
         Route("/mcp", endpoint=mcp_endpoint),
         Route("/healthz", endpoint=_healthz),

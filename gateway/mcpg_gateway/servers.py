@@ -21,12 +21,15 @@ from dataclasses import dataclass
 import uvicorn
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
-from mcpg_gateway import admin_app, connections, mcp_handlers, public_app
+from mcpg_gateway import admin_app, cancellation, connections, mcp_handlers, mcp_requests, public_app
 from mcpg_gateway.gateway import Gateway
 
 logger = logging.getLogger(__name__)
 
 LISTEN_DRAIN_TIMEOUT_S = 2.0
+SERVERS_STOP_TIMEOUT_S = 5.0
+"""How long both HTTP servers get to finish once told to exit (uvicorn's own graceful wait is 3 s, then it cancels
+what still runs): past it, what still runs is cancelled and logged, and the gateway closes anyway."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +97,8 @@ async def serve(
         stateless=False,
         session_idle_timeout=gw.config.gateway.server.session_idle_timeout_s,
         max_sessions=gw.config.gateway.limits.sessions_total,
+        # The SDK's own body bound (4 MiB by default) is never the smaller: what /mcp reads is `mcp_requests`'.
+        max_request_body_size=mcp_requests.body_limit(gw.config.gateway.limits),
     )
     public_guard, admin_guard = _guards(gw)
     public_sock, admin_sock = _bind(host, port, public_guard), _bind(host, admin_port, admin_guard)
@@ -104,8 +109,8 @@ async def serve(
         with connections.accept_errors_logged(asyncio.get_running_loop(), gw.metrics):
             async with manager.run():
                 tasks = [
-                    asyncio.create_task(public.serve(sockets=[public_sock])),
-                    asyncio.create_task(admin.serve(sockets=[admin_sock])),
+                    asyncio.create_task(public.serve(sockets=[public_sock]), name="mcpg public server"),
+                    asyncio.create_task(admin.serve(sockets=[admin_sock]), name="mcpg admin server"),
                 ]
                 addrs = Addresses(host, public_sock.getsockname()[1], admin_sock.getsockname()[1])
                 logger.info("gateway serving MCP on %s:%d, admin on %s:%d", host, addrs.port, host, addrs.admin_port)
@@ -118,8 +123,19 @@ async def serve(
                 if not await gw.subscribers.wait_listen_streams_ended(LISTEN_DRAIN_TIMEOUT_S):
                     logger.warning("some listen streams did not end in time; closing them with their sessions")
                 public.should_exit = admin.should_exit = True
-            await asyncio.gather(*tasks)
+            await _servers_stopped(tasks)
     finally:
         await gw.aclose()
         public_sock.close()
         admin_sock.close()
+
+
+async def _servers_stopped(tasks: list[asyncio.Task[None]]) -> None:
+    """Wait for the servers told to exit, in bound; then raise what one of them raised, as before."""
+    done, pending = await asyncio.wait(tasks, timeout=SERVERS_STOP_TIMEOUT_S)
+    for task in pending:
+        logger.warning("%s did not stop within %.0f s; cancelled", task.get_name(), SERVERS_STOP_TIMEOUT_S)
+        task.cancel()
+    await cancellation.stopped(pending, cancellation.STEP_TIMEOUT_S, "stopping the HTTP servers")
+    for task in done:
+        task.result()

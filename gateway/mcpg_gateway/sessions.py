@@ -3,8 +3,10 @@
 The SDK's session manager caps sessions in all (`limits.sessions_total`, answered 503); without a share per
 principal one caller could take them all and every other principal would be refused for as long as its idle
 sessions lived (a probe held 9,999 for 30 minutes). This middleware sits behind authentication, in front of the
-manager, and refuses a request that would open a session (a POST with no `Mcp-Session-Id`) once its principal
-holds `sessions_per_principal`: HTTP 429 with the JSON-RPC error -42900. Requests on existing sessions, and
+manager, and refuses a request that would open a session once its principal holds `sessions_per_principal`: HTTP
+429 with the JSON-RPC error -42900. Which requests open one is `mcp_requests`' classification, made once per
+request the way the SDK reads the headers (a handshake-era request naming no session): a reading of its own once
+disagreed with the SDK's and let one principal open every session uncounted. Requests on existing sessions, and
 2026-07-28 requests (which open none), pass untouched.
 
 It counts the manager's own record of who opened each session (the SDK keeps it to bind a session to its
@@ -14,23 +16,17 @@ of concurrent openings cannot overshoot.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import Counter
 from typing import Any
 
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mcpg_gateway import errors
+from mcpg_gateway import errors, mcp_requests
 from mcpg_gateway.metrics import Metrics
 
 logger = logging.getLogger(__name__)
-
-SESSION_HEADER = b"mcp-session-id"
-VERSION_HEADER = MCP_PROTOCOL_VERSION_HEADER.lower().encode("ascii")
 
 
 class SessionLimit:
@@ -68,27 +64,12 @@ class SessionLimit:
             f"principal {principal_id!r} holds {held} open sessions (limit {self._limit}); end one "
             "(DELETE it) or let it expire, and retry"
         )
-        body = json.dumps(
-            {"jsonrpc": "2.0", "id": None, "error": {"code": errors.TOO_MANY_REQUESTS, "message": message}}
-        ).encode()
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-        await send({"type": "http.response.start", "status": 429, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        await mcp_requests.answer_error(send, 429, errors.TOO_MANY_REQUESTS, message)
 
 
 def _opener(scope: Scope) -> str | None:
-    """The principal of a request that would open a session; None for any other request.
-
-    The SDK routes by the protocol-version header: one naming a version past the handshake era (2026-07-28) is
-    served without a session, so only a handshake-era POST with no session id opens one.
-    """
-    if scope["type"] != "http" or scope.get("method") != "POST":
-        return None
-    headers = {name.lower(): value for name, value in scope.get("headers", ())}
-    if SESSION_HEADER in headers:
-        return None
-    version = headers.get(VERSION_HEADER)
-    if version is not None and version.decode("latin-1") not in HANDSHAKE_PROTOCOL_VERSIONS:
+    """The principal of a request that would open a session; None for any other request."""
+    if scope["type"] != "http" or not mcp_requests.of(scope).opens_session:
         return None
     user = scope.get("user")
     token = getattr(user, "access_token", None)

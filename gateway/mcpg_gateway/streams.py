@@ -22,12 +22,11 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from mcpg_gateway import eager
+from mcpg_gateway import eager, mcp_requests
 
 logger = logging.getLogger(__name__)
 
 SCOPE_KEY = "mcpg.stream"
-SESSION_HEADER = b"mcp-session-id"
 EVENT_STREAM = b"text/event-stream"
 
 
@@ -118,7 +117,8 @@ class Streams:
             if scope["type"] != "http":
                 await app(scope, receive, send)
                 return
-            session_id = _header(scope, SESSION_HEADER) if scope["method"] == "GET" else None
+            # The session id as the SDK reads it, from the request's one classification (`mcp_requests`).
+            session_id = mcp_requests.of(scope).session_id if scope["method"] == "GET" else None
             stream = Stream(send, on_started=None if session_id is None else self._session_stream(session_id))
             if session_id is None:  # a GET stream is found by its session id; a key more costs the scope a resize
                 scope[SCOPE_KEY] = stream
@@ -142,14 +142,7 @@ def of_request(request: Any) -> Stream | None:
 def session_id(request: Any) -> str | None:
     """The `Mcp-Session-Id` of the HTTP request an MCP handler serves; None off HTTP or without one."""
     scope = getattr(request, "scope", None)
-    return _header(scope, SESSION_HEADER) if isinstance(scope, dict) else None
-
-
-def _header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope.get("headers", ()):
-        if key.lower() == name:
-            return str(value.decode("latin-1"))
-    return None
+    return mcp_requests.of(scope).session_id if isinstance(scope, dict) else None
 
 
 def _is_event_stream(headers: Any) -> bool:

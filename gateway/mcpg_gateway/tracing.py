@@ -6,8 +6,9 @@ outbox carries the fire's context). A poll is a span too: its read, whether it c
 The MCP SDK's own spans (one per request it serves) go to the same provider.
 
 Attributes are a strategy, a resource URI, a watch name, a count or a result word: never a token, a header value
-or a webhook path (the path holds the token). Unset, nothing is installed: the spans below go to the API's no-op
-tracer and nothing is exported.
+or a webhook path (the path holds the token). No attribute value of any span, the SDK's included (which carry the
+client's request id and method), is longer than `MAX_ATTRIBUTE_CHARS`. Unset, nothing is installed: the spans below
+go to the API's no-op tracer and nothing is exported.
 """
 
 from __future__ import annotations
@@ -20,14 +21,18 @@ from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
+from mcpg_gateway.contract import uris
+
 DEFAULT_SERVICE_NAME = "mcpg-gateway"
 """`service.name` unless OTEL_SERVICE_NAME (or `service.name` in OTEL_RESOURCE_ATTRIBUTES) says otherwise."""
 ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+MAX_ATTRIBUTE_CHARS = uris.MAX_URI_CHARS
+"""The longest attribute value a span keeps (longer ones are cut): a served URI stays whole."""
 
 STRATEGY = "mcpg.strategy"
 URI = "mcpg.resource.uri"
@@ -69,9 +74,23 @@ def provider(environ: Mapping[str, str]) -> TracerProvider | None:
     resource = Resource.create()
     if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
         resource = resource.merge(Resource({SERVICE_NAME: DEFAULT_SERVICE_NAME}))
-    built = TracerProvider(resource=resource)
+    built = TracerProvider(resource=resource, span_limits=span_limits())
     built.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     return built
+
+
+def span_limits() -> SpanLimits:
+    """The SDK's span limits from the standard variables (OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT and the others), with
+    attribute values held to `MAX_ATTRIBUTE_CHARS`: a variable may lower that bound, never lift it."""
+    configured = SpanLimits()
+    return SpanLimits(
+        max_attribute_length=_at_most(configured.max_attribute_length),
+        max_span_attribute_length=_at_most(configured.max_span_attribute_length),
+    )
+
+
+def _at_most(length: int | None) -> int:
+    return MAX_ATTRIBUTE_CHARS if length is None else min(length, MAX_ATTRIBUTE_CHARS)
 
 
 def install(environ: Mapping[str, str] = os.environ) -> bool:

@@ -1,16 +1,20 @@
 """`gateway.limits` over real HTTP with the SDK's clients: what one principal may hold, what all may hold, and the
-hostile cases a probe found (one principal taking every session; one listen naming 10,000 URIs), which now leave
-every other principal served.
+hostile cases probes found (one principal taking every session, also by a repeated protocol-version header; one
+listen naming 10,000 URIs, or 150,000 that held the loop for seconds), which now leave every other principal served.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import httpx2
 import pytest
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, PROTOCOL_VERSION_META_KEY
 
 from mcpg_gateway import errors
 from mcpg_testing import BOUND_S
@@ -95,19 +99,121 @@ async def test_at_its_limit_with_nothing_slowed_a_principal_is_refused_with_its_
             pass
 
 
+@pytest.mark.parametrize(
+    ("named", "code", "message"),
+    [
+        (1_000, errors.TOO_MANY_REQUESTS, "this request names 1000 URIs, and principal 'alice' may hold at most 10"),
+        # 149 KB: more than 10 URIs of the longest need (`mcp_requests.listen_body_limit`), refused by its size
+        (10_000, -32600, "a subscriptions/listen body is more than 61856 bytes, the gateway's bound for one"),
+    ],
+)
 async def test_a_listen_naming_more_uris_than_a_principal_may_hold_is_refused_whole_before_any_read(
-    gateway_factory: GatewayFactory, upstream: Upstream, clock: ManualClock
+    gateway_factory: GatewayFactory, upstream: Upstream, clock: ManualClock, named: int, code: int, message: str
 ) -> None:
     # The probe: one 149 KB listen naming 10,000 URIs made 10,000 upstream reads, then 833 a second.
     gw = await gateway_factory(config(upstream), clock=clock)
-    e = await refusal(gw.mcp_url, "listen", [doc(n) for n in range(10_000)], ALICE)
-    assert e.code == errors.TOO_MANY_REQUESTS
-    assert e.message == "this request names 10000 URIs, and principal 'alice' may hold at most 10 watches; name fewer"
+    e = await refusal(gw.mcp_url, "listen", [doc(n) for n in range(named)], ALICE)
+    assert e.code == code
+    assert e.message.startswith(message)
     assert upstream.hits == {}
     assert gw.gw.running_watches() == []
     upstream.set("/docs/1", "{}")
     async with watching(gw.mcp_url, "listen", [doc(1)], BOB):
         assert upstream.hits == {"/docs/1": 1}
+
+
+def counting_checks(
+    monkeypatch: pytest.MonkeyPatch, gw: RunningGateway, also: Callable[[], None] = lambda: None
+) -> list[str]:
+    """Every URI the gateway resolves against its catalog and read policy from now on (the per-URI work)."""
+    looked_at: list[str] = []
+    readable = gw.gw.readable
+
+    def counted(uri: str, principal: Any) -> Any:
+        looked_at.append(uri)
+        also()
+        return readable(uri, principal)
+
+    monkeypatch.setattr(gw.gw, "readable", counted)
+    return looked_at
+
+
+@pytest.mark.parametrize("named", [[doc(n) for n in range(11)], [doc(1)] * 11], ids=["distinct", "repeated"])
+async def test_a_listen_naming_more_uris_than_a_principal_may_hold_is_refused_before_any_uri_is_looked_at(
+    gateway_factory: GatewayFactory, upstream: Upstream, monkeypatch: pytest.MonkeyPatch, named: list[str]
+) -> None:
+    # The probe: 150,000 URIs were each resolved and checked against policy (7.9 s) before the count refused them.
+    gw = await gateway_factory(config(upstream))
+    looked_at = counting_checks(monkeypatch, gw)
+    e = await refusal(gw.mcp_url, "listen", named, ALICE)
+    assert (e.code, e.message) == (
+        errors.TOO_MANY_REQUESTS,
+        "this request names 11 URIs, and principal 'alice' may hold at most 10 watches; name fewer",
+    )
+    assert looked_at == []
+
+
+async def test_a_listen_naming_many_uris_lets_the_loop_run_between_its_checks(
+    gateway_factory: GatewayFactory, upstream: Upstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gw = await gateway_factory(config(upstream, watches_per_principal=200, watches_total=200))
+    turns = 0  # how many times the loop ran another task: counted by one that only counts
+    turns_at_each_check: list[int] = []
+    counting_checks(monkeypatch, gw, also=lambda: turns_at_each_check.append(turns))
+
+    async def count_turns() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    counter = asyncio.create_task(count_turns())
+    try:
+        e = await refusal(gw.mcp_url, "listen", [*(doc(n) for n in range(199)), "drive://nowhere/1"], ALICE)
+    finally:
+        counter.cancel()
+    assert e.message == "unknown resource: drive://nowhere/1"  # all 200 were checked
+    assert len(turns_at_each_check) == 200
+    longest_run = max(turns_at_each_check.count(t) for t in set(turns_at_each_check))
+    assert longest_run <= 32  # mcp_handlers.CHECKS_PER_YIELD: about a millisecond of checks
+
+
+def healthz_answered_within_a_second(gw: RunningGateway, done: threading.Event) -> int:
+    """From a thread of its own (the gateway's loop may be the one held): GET /healthz until `done`, each answer
+    within 1 s (what the issue demands of a healthy client during an attack); how many were answered."""
+    answered = 0
+    with httpx2.Client(timeout=1.0) as http:
+        while not done.is_set() or answered == 0:
+            assert http.get(f"{gw.base}/healthz").status_code == 200
+            answered += 1
+    return answered
+
+
+async def test_healthz_is_answered_within_a_second_while_a_listen_of_150_000_uris_is_refused(
+    gateway_factory: GatewayFactory, upstream: Upstream
+) -> None:
+    # The probe: this listen (2.4 MB) was read, and each URI checked, for 7.9 s; /healthz stalled as long.
+    gw = await gateway_factory(config(upstream))
+    done = threading.Event()
+    probe = asyncio.create_task(asyncio.to_thread(healthz_answered_within_a_second, gw, done))
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "subscriptions/listen",
+        "params": {
+            "_meta": {PROTOCOL_VERSION_META_KEY: "2026-07-28", CLIENT_CAPABILITIES_META_KEY: {}},
+            "notifications": {"resourceSubscriptions": [doc(n) for n in range(150_000)]},
+        },
+    }
+    headers = {**ALICE, "accept": "application/json, text/event-stream", "mcp-protocol-version": "2026-07-28"}
+    try:
+        async with httpx2.AsyncClient(timeout=BOUND_S) as http:
+            resp = await http.post(gw.mcp_url, json=body, headers={**headers, "mcp-method": "subscriptions/listen"})
+    finally:
+        done.set()
+    async with asyncio.timeout(BOUND_S):
+        assert await probe >= 1
+    assert resp.status_code == 413
 
 
 # --- the server-wide ceiling ----------------------------------------------------------------------------------
@@ -163,15 +269,17 @@ async def test_a_principal_at_its_listen_stream_limit_is_told_to_close_one_and_o
 # --- sessions -------------------------------------------------------------------------------------------------
 
 
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+}
+
+
 async def open_session(http: httpx2.AsyncClient, url: str, headers: dict[str, str]) -> httpx2.Response:
-    body = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
-    }
     accept = {"accept": "application/json, text/event-stream", **headers}
-    return await http.post(url, json=body, headers=accept)
+    return await http.post(url, json=INITIALIZE, headers=accept)
 
 
 async def test_one_principal_cannot_take_every_session_and_others_are_still_served(
@@ -192,6 +300,38 @@ async def test_one_principal_cannot_take_every_session_and_others_are_still_serv
     async with watching(gw.mcp_url, "legacy", [hook(0)], BOB) as bob:
         await fire(gw, 0)
         assert (await bob.next()).uri == hook(0)
+
+
+async def raw_post(port: int, headers: list[tuple[str, str]], body: bytes) -> int:
+    """One POST /mcp over a plain socket, exactly these header lines (no client library tidies them); its status."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        lines = [("host", "127.0.0.1"), ("connection", "close"), ("content-length", str(len(body))), *headers]
+        head = "POST /mcp HTTP/1.1\r\n" + "".join(f"{name}: {value}\r\n" for name, value in lines) + "\r\n"
+        writer.write(head.encode() + body)
+        async with asyncio.timeout(BOUND_S):
+            answer = await reader.read()  # to the end: the opening request's stream ends with its result
+        return int(answer.split(b" ", 2)[1])
+    finally:
+        writer.close()
+
+
+async def test_a_repeated_protocol_version_header_opens_no_session_past_the_principal_s_limit(
+    gateway_factory: GatewayFactory, upstream: Upstream
+) -> None:
+    # The probe: 2025-11-25 then 2026-07-28 opened a session (the SDK routes on the first) the limit did not count
+    # (it read the last): one principal opened 50 past a limit of 8, and took all of sessions_total.
+    gw = await gateway_factory(config(upstream, sessions_per_principal=2, sessions_total=4))
+    twice = [("mcp-protocol-version", "2025-11-25"), ("mcp-protocol-version", "2026-07-28")]
+    headers = [("accept", "application/json, text/event-stream"), ("content-type", "application/json")]
+    body = json.dumps(INITIALIZE).encode()
+    alice = [("authorization", ALICE["Authorization"]), *headers, *twice]
+    statuses = [await raw_post(gw.port, alice, body) for _ in range(8)]
+    # Refused at the principal's limit (429), or as a repeated header (400) wherever the HTTP layer refuses one.
+    assert statuses.count(200) <= 2
+    assert set(statuses) - {200} <= {400, 429}
+    bob = [("authorization", BOB["Authorization"]), *headers]
+    assert await raw_post(gw.port, bob, body) == 200  # sessions_total is not all alice's
 
 
 async def test_a_principal_at_its_session_limit_still_makes_2026_requests_which_open_no_session(

@@ -5,6 +5,10 @@
 when the session ends: DELETE, idle timeout or shutdown, which is the implicit unsubscribe).
 `sessions.SessionLimit` reads the session manager's record of who opened each session.
 
+`mcp_requests` reads an /mcp request as the SDK will, before it does: the session it opens (or names) by the SDK's
+reading of the headers (checked here by asking the SDK itself), the body with the parser the SDK uses for the
+request's era, and why `Last-Event-ID` is dropped (the SDK resumes only with an event store).
+
 The notification path (`frames.py`, `streams.py`, `delivery.py`) writes `notifications/resources/updated` to the
 SDK's SSE streams itself. It relies on the bytes the SDK would write for the same message in each era (compared
 here with the SDK's own encoders), on the SDK handing a handler the HTTP request whose scope the gateway's
@@ -14,7 +18,9 @@ handshake-era session's standalone stream as a GET carrying the session id.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
+import json
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -22,6 +28,7 @@ import mcp.types as types
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from mcp.server import Server
 from mcp.server import _streamable_http_modern as modern
 from mcp.server.auth.middleware.bearer_auth import AuthorizationContext
 from mcp.server.connection import Connection
@@ -32,8 +39,9 @@ from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 from mcp_types.jsonrpc import JSONRPCNotification
 from sse_starlette import EventSourceResponse
 from sse_starlette.event import ensure_bytes
+from starlette.types import Message
 
-from mcpg_gateway import frames, mcp_handlers
+from mcpg_gateway import frames, mcp_handlers, mcp_requests
 from mcpg_gateway.endings import WATCH_META_KEY
 
 WATCH = {"state": "active", "renewBy": "2026-12-01T04:00:00Z", "pollIntervalMs": 10000, "renewedByActivity": True}
@@ -122,3 +130,85 @@ def test_the_session_manager_records_who_opened_each_session_where_the_session_l
     assert AuthorizationContext.__annotations__["client_id"] in (str, "str")
     # ...and that only a handshake-era request without a session id can open one (the modern era opens none).
     assert "if pv is not None and pv not in HANDSHAKE_PROTOCOL_VERSIONS:" in source
+
+
+_INITIALIZE = json.dumps(
+    {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+    }
+).encode()
+_V, _S = b"mcp-protocol-version", b"mcp-session-id"
+_HEADER_VARIANTS = [
+    [],
+    [(_V, b"2025-11-25")],
+    [(_V, b"2026-07-28")],
+    [(_V, b"")],
+    [(_V, b"1999-01-01")],
+    [(_V, b"2025-11-25"), (_V, b"2026-07-28")],
+    [(_V, b"2026-07-28"), (_V, b"2025-11-25")],
+    [(b"MCP-Protocol-Version", b"2026-07-28")],
+    [(_S, b"")],
+    [(_S, b"f" * 32)],
+    [(b"Mcp-Session-Id", b"f" * 32)],
+    [(_S, b"f" * 32), (_S, b"")],
+]
+
+
+async def _opened_a_session(manager: StreamableHTTPSessionManager, headers: list[tuple[bytes, bytes]]) -> bool:
+    """POST initialize straight to the SDK's app with `headers`: whether its manager opened a session for it."""
+    before = len(manager._server_instances)
+    base = [
+        (b"host", b"gw"),
+        (b"accept", b"application/json, text/event-stream"),
+        (b"content-type", b"application/json"),
+    ]
+    scope = {"type": "http", "method": "POST", "path": "/mcp", "headers": [*base, *headers], "query_string": b""}
+    incoming: list[Message] = [{"type": "http.request", "body": _INITIALIZE, "more_body": False}]
+    done = asyncio.Event()
+
+    async def receive() -> Message:
+        if incoming:
+            return incoming.pop()
+        await done.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: Message) -> None:
+        if message["type"] == "http.response.body" and not message.get("more_body", False):
+            done.set()
+
+    async with asyncio.timeout(10):
+        await manager.handle_request(scope, receive, send)
+    return len(manager._server_instances) > before
+
+
+@pytest.mark.parametrize("headers", _HEADER_VARIANTS)
+async def test_the_sdk_opens_a_session_exactly_for_the_requests_the_gateway_classifies_as_opening_one(
+    headers: list[tuple[bytes, bytes]],
+) -> None:
+    # The session limit counts what `mcp_requests.classify` says opens a session; the SDK must agree, header for
+    # header (first field of an exact lower-case name), or a principal opens sessions the limit never counts.
+    manager = StreamableHTTPSessionManager(Server("contract"), stateless=False)
+    async with manager.run():
+        opened = await _opened_a_session(manager, headers)
+    assert opened is mcp_requests.classify({"type": "http", "headers": headers}).opens_session
+
+
+def test_the_sdk_parses_each_era_s_body_with_the_parser_the_envelope_check_uses() -> None:
+    # `mcp_requests.check` reads a body with the same parser as the SDK for its era (they differ: json also reads
+    # UTF-16 and lone surrogates), so it never passes unchecked what the SDK would read.
+    assert "raw_message = pydantic_core.from_json(body)" in inspect.getsource(
+        StreamableHTTPServerTransport._handle_post_request
+    )
+    assert "decoded = json.loads(body)" in inspect.getsource(modern.handle_modern_request)
+
+
+def test_the_sdk_resumes_a_get_stream_only_with_an_event_store() -> None:
+    # Without one it answers a GET carrying Last-Event-ID with nothing at all, which is why `mcp_requests.Front`
+    # drops the header (the gateway runs no event store).
+    assert "if last_event_id := request.headers.get(LAST_EVENT_ID_HEADER):" in inspect.getsource(
+        StreamableHTTPServerTransport._handle_get_request
+    )
+    assert "if not event_store:\n            return" in inspect.getsource(StreamableHTTPServerTransport._replay_events)

@@ -210,3 +210,34 @@ def test_the_service_is_named_by_otel_service_name_else_mcpg_gateway(
         assert built.resource.attributes["service.name"] == named
     finally:
         built.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("variables", "kept"),
+    [
+        ({}, tracing.MAX_ATTRIBUTE_CHARS),
+        ({"OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT": "100"}, 100),  # a variable may lower the bound...
+        ({"OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT": "100"}, 100),
+        ({"OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT": "100000"}, tracing.MAX_ATTRIBUTE_CHARS),  # ...never lift it
+        ({"OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT": ""}, tracing.MAX_ATTRIBUTE_CHARS),  # "" means no limit
+    ],
+)
+def test_no_span_attribute_is_longer_than_a_served_uri_whatever_the_variables_say(
+    monkeypatch: pytest.MonkeyPatch, variables: dict[str, str], kept: int
+) -> None:
+    # The MCP SDK's own spans carried the client's request id whole (`jsonrpc.request.id`), megabytes of it.
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")  # never reached: nothing is exported
+    for name in ("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    built = tracing.provider(os.environ)
+    assert built is not None
+    try:
+        long_id, uri = "i" * 100_000, "drive://doc/" + "a" * (tracing.MAX_ATTRIBUTE_CHARS - 12)
+        span = built.get_tracer("t").start_span("request", attributes={"jsonrpc.request.id": long_id, "uri": uri})
+        assert isinstance(span, ReadableSpan)  # the SDK's span (the API's type has no attributes to read)
+        # Never ended, so never exported: its attributes are what any processor would get.
+        assert dict(span.attributes or {}) == {"jsonrpc.request.id": long_id[:kept], "uri": uri[:kept]}
+    finally:
+        built.shutdown()
