@@ -155,7 +155,9 @@ class BackendSpec(_Spec):
 class PollSpec(_Spec):
     """Re-read through the backend on a cadence; fire when the SHA-256 of the response moves."""
 
-    interval_ms: int = Field(default=60_000, gt=0, description=described_as(config.PollStrategy, "interval_ms"))
+    interval_ms: int = Field(
+        default=60_000, gt=0, le=config.LONGEST_MS, description=described_as(config.PollStrategy, "interval_ms")
+    )
     ignore: list[str] = Field(
         default_factory=list,
         description=described_as(config.PollStrategy, "ignore"),
@@ -210,7 +212,9 @@ class SqlPollingSpec(_Spec):
         description=described_as(config.SqlPollingStrategy, "query"),
         examples=["select max(updated_at) from reports"],
     )
-    interval_ms: int = Field(default=60_000, gt=0, description=described_as(config.SqlPollingStrategy, "interval_ms"))
+    interval_ms: int = Field(
+        default=60_000, gt=0, le=config.LONGEST_MS, description=described_as(config.SqlPollingStrategy, "interval_ms")
+    )
     timeout_ms: int = Field(
         default=30_000,
         gt=0,

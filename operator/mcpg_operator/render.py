@@ -21,10 +21,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
-from mcpg_gateway.contract import check, config
+from mcpg_gateway.contract import check, config, documents
 from mcpg_operator import bus, models, objects, observed, rotation
 from mcpg_operator import conditions as c
 from mcpg_operator.observed import SecretData
@@ -250,10 +249,10 @@ def tokens_by_entry(config: Mapping[str, Any]) -> dict[str, frozenset[str]]:
 def parse_config(text: str | None) -> dict[str, Any] | None:
     """A configuration as read back from its Secret; None if it is gone or not one the operator wrote."""
     try:
-        # libyaml's loader where the wheel has it: a pass reads one configuration per serving ReplicaSet.
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-        loaded = yaml.load(text, Loader=loader) if text is not None else None  # noqa: S506 - a safe loader
-    except yaml.YAMLError:
+        # A pass reads one configuration per serving ReplicaSet: `documents` loads with libyaml where the wheel has
+        # it, and bounds the document like every YAML read (whoever can write the Secret can write an alias bomb).
+        loaded = documents.load(text, "configuration") if text is not None else None
+    except check.ConfigError:
         return None
     ok = isinstance(loaded, dict) and isinstance((loaded.get("mcp") or {}).get("capabilities"), dict)
     return loaded if ok else None
@@ -282,10 +281,12 @@ def _auth(secrets: SecretData) -> tuple[dict[str, Any] | None, str | None]:
         return None, None
     where = f"Secret {AUTH_SECRET} key {AUTH_KEY}"
     try:
-        auth = yaml.safe_load(text) or {}
+        auth = documents.load(text, where) or {}  # the user's text: bounded before it is validated or rendered
         config.AuthConfig.model_validate(auth)
-    except yaml.YAMLError:
-        return None, f"{where} is not valid YAML; the gateway refuses every MCP client until it is fixed"
+    except check.ConfigError as e:  # not YAML (its text is never echoed: it stays in the Secret), or too large
+        problem = e.problems[0].message
+        why = "is not valid YAML" if problem.startswith("not valid YAML") else problem
+        return None, f"{where} {why}; the gateway refuses every MCP client until it is fixed"
     except ValidationError as e:
         first = e.errors(include_url=False)[0]
         path = ".".join(str(x) for x in first["loc"])

@@ -192,14 +192,30 @@ def _gateway_defaults(env: Mapping[str, str], problems: list[str]) -> GatewayDef
         if not raw:
             continue
         try:
-            values[name] = json.loads(raw) if name in _JSON_FIELDS else raw
-        except ValueError:
-            problems.append(f"{var}: not valid JSON: {raw[:80]!r}")
+            values[name] = _standard_json(raw) if name in _JSON_FIELDS else raw
+        except ValueError as e:
+            problems.append(f"{var}: not valid JSON ({str(e)[:80]}): {raw[:80]!r}")
     try:
         return GatewayDefaults.model_validate(values)
     except ValidationError as e:
         problems += [_gateway_problem(err) for err in e.errors()]
         return None
+
+
+def _standard_json(text: str) -> Any:
+    """JSON as RFC 8259 has it: Python's parser also takes `NaN` and `Infinity` (and reads `1e400` as infinite),
+    which no setting can use and the Kubernetes API refuses in every object rendered from them."""
+
+    def finite(number: str) -> float:
+        value = float(number)
+        if not math.isfinite(value):
+            raise ValueError(f"{number[:40]} is not a finite number")
+        return value
+
+    def refused(constant: str) -> Any:
+        raise ValueError(f"{constant} is not a JSON value")
+
+    return json.loads(text, parse_float=finite, parse_constant=refused)
 
 
 def _gateway_problem(err: ErrorDetails) -> str:

@@ -1,16 +1,21 @@
 """The configuration contract on arbitrary input: always a verdict (problems or a configuration), never a crash,
-and whatever it accepts the gateway can serve (the catalog builds, each template matches its own URIs)."""
+and whatever it accepts the gateway can serve (the catalog builds, each template matches its own URIs). YAML whose
+anchors alias one another (and themselves) costs no more than the document bound however far it expands."""
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 from typing import Any
+from unittest import mock
 
+import pytest
+import yaml
 from hypothesis import event, given
 from hypothesis import strategies as st
 
 from mcpg_gateway import catalog, reader
-from mcpg_gateway.contract import check, config, templates
+from mcpg_gateway.contract import check, config, documents, loading, templates
 from mcpg_gateway.contract.errors import ConfigError, Problem
 
 # Not empty: an empty string fails `min_length` at once, and Hypothesis would try it far more often than anything.
@@ -138,3 +143,73 @@ def test_every_accepted_template_matches_the_uris_it_names(uri_template: str) ->
     binding = catalog.Catalog(caps).resolve(uri)
     assert binding is not None, (uri_template, uri)
     assert (binding.uri, binding.variables) == (uri, values)
+
+
+# --- YAML with aliases ------------------------------------------------------------------------------------------
+
+BUDGET = 300
+"""The document bound the property runs under (`documents.MAX_VALUES`, lowered so that examples pass it often)."""
+
+
+@st.composite
+def aliased_yaml(draw: st.DrawFn) -> str:
+    """A configuration whose plugin fields (or tool) hold anchors `&a0..&aN`, each aliasing earlier ones or itself:
+    a few hundred bytes that expand to anywhere from a handful of values to millions, or contain themselves."""
+    nodes = []
+    for i in range(draw(st.integers(1, 7))):
+        # Mostly the previous anchor (so depth multiplies), sometimes any earlier one or itself, sometimes a scalar.
+        alias = st.one_of(st.just(max(i - 1, 0)), st.integers(0, i)).map("*a{}".format)
+        items = draw(st.lists(st.one_of(alias, alias, st.sampled_from(["x", "7", "'${env.UNSET}'"])), max_size=8))
+        if draw(st.booleans()):
+            nodes.append(f"&a{i} [{', '.join(items)}]")
+        else:
+            nodes.append(f"&a{i} {{{', '.join(f'k{k}: {item}' for k, item in enumerate(items))}}}")
+    fields = f"defs: [{', '.join(nodes)}], use: *a{len(nodes) - 1}"
+    if draw(st.booleans()):
+        return f"mcp:\n  capabilities:\n    tools:\n      - {{name: t, {fields}}}\n"
+    fields = f"type: plugin, kind: k, {fields}"
+    entry = f"{{name: r, uri: 'x://r', backend: {{kind: http, url: 'http://u/'}}, watch: {{strategy: {{{fields}}}}}}}"
+    return f"mcp:\n  capabilities:\n    resources:\n      - {entry}\n"
+
+
+def expanded(value: Any, inside: frozenset[int], cap: int) -> int:
+    """Values in `value` with every alias expanded (a container inside itself not again), counted past `cap` only
+    as far as needed to know that it is past it."""
+    if not isinstance(value, dict | list) or id(value) in inside:
+        return 0
+    children = list(value.values()) if isinstance(value, dict) else value
+    total = len(children)
+    for child in children:
+        if total > cap:
+            break
+        total += expanded(child, inside | {id(value)}, cap - total)
+    return total
+
+
+@given(text=aliased_yaml())
+def test_yaml_with_aliases_loads_or_is_refused_and_costs_no_more_than_the_bound(
+    tmp_path_factory: pytest.TempPathFactory, text: str
+) -> None:
+    path = tmp_path_factory.getbasetemp() / "aliases.yaml"  # session-scoped: Hypothesis runs many examples per test
+    path.write_text(text)
+    steps = {"walked": 0}
+
+    def counted_len(value: Any) -> int:  # `documents` takes the `len` of each container of the document it walks
+        steps["walked"] += isinstance(value, dict | list)
+        return builtins.len(value)
+
+    size = expanded(yaml.safe_load(text), frozenset(), BUDGET)
+    with (
+        mock.patch.object(documents, "MAX_VALUES", BUDGET),
+        mock.patch.object(documents, "len", counted_len, create=True),
+        mock.patch.object(loading, "_substitute", wraps=loading._substitute) as substituted,
+    ):
+        try:
+            loading.parse(loading.read_file(path), environ={})  # what `check.load_file` does first
+            refused = ""
+        except ConfigError as e:
+            refused = " ".join(map(str, e.problems))
+    event("too large" if size > BUDGET else "refused" if refused else "loaded")
+    assert ("holds more than" in refused) == (size > BUDGET)
+    assert steps["walked"] <= 2 * (BUDGET + 1)  # the file's bound, then the mapping's: each stops past BUDGET
+    assert substituted.call_count <= BUDGET + 8  # nothing expands past the bound once it holds

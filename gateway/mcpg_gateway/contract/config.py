@@ -30,12 +30,19 @@ from mcpg_gateway.contract import pointers, templates, uris
 POLL_FLOOR_MS = 10_000
 """No poll-shaped watch runs more often than this: a misconfigured watcher cannot hammer a backend."""
 POLL_DEFAULT_MS = 60_000
+LONGEST_S = 31_536_000
+"""A year (365 days): the longest duration any field takes (an interval, a timeout, a lease, a lifetime). Longer
+is never in practice, and a bound keeps every deadline computed from one a number the timers take and an instant
+RFC 3339 writes (`renewBy`, the admin API's times); a 400-digit `interval_ms` would not even convert to seconds."""
+LONGEST_MS = LONGEST_S * 1000
 
 
 class _Model(BaseModel):
     # Attribute docstrings are the fields' descriptions: the reference (docs/reference.md, `hack/reference.py`) and
     # the operator's CRD descriptions are generated from them, so each field is described once, here.
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    # `allow_inf_nan=False`: YAML's `.inf` and `.nan` (and JSON's `Infinity`) are refused, naming the field; an
+    # infinite lease or timeout passed `gt=0` and then broke the running gateway (a 500 on every webhook, a crash).
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, allow_inf_nan=False)
 
 
 class HttpBackend(_Model):
@@ -86,8 +93,9 @@ class PollStrategy(_Model):
 
     type: Literal["poll"] = "poll"
     """Selects this strategy; `poll` is also what a watch without a strategy does."""
-    interval_ms: int = Field(default=POLL_DEFAULT_MS, gt=0)
-    """Milliseconds between two reads; 60000 (one minute) by default, and never less than 10000 (the floor)."""
+    interval_ms: int = Field(default=POLL_DEFAULT_MS, gt=0, le=LONGEST_MS)
+    """Milliseconds between two reads; 60000 (one minute) by default, never less than 10000 (the floor), at most
+    a year."""
     ignore: list[IgnoredPointer] = Field(default_factory=list)
     """JSON Pointers (RFC 6901; `*` matches any array index or object key) whose values are left out of the
     hash: fields the upstream recomputes on every read. The body must then be JSON. A read still returns them."""
@@ -180,8 +188,9 @@ class SqlPollingStrategy(_Model):
     query: str = Field(min_length=1)
     """A query returning one scalar that advances when the resource changes, such as `select max(updated_at) from
     reports`."""
-    interval_ms: int = Field(default=POLL_DEFAULT_MS, gt=0)
-    """Milliseconds between two runs of the query; 60000 (one minute) by default, and never less than 10000."""
+    interval_ms: int = Field(default=POLL_DEFAULT_MS, gt=0, le=LONGEST_MS)
+    """Milliseconds between two runs of the query; 60000 (one minute) by default, never less than 10000, at most a
+    year."""
     timeout_ms: int = Field(default=30_000, gt=0, le=300_000)
     """How long one run of the query may take. A run that takes longer is abandoned and its connection closed, as
     a server that stops answering looks exactly like that; the next run opens a new one."""
@@ -455,9 +464,9 @@ class ServerConfig(_Model):
     max_webhook_body_bytes: int = Field(default=65_536, ge=0)
     """The largest webhook request body accepted, in bytes (64 KiB by default); a larger one is answered 413
     without being read. The body is otherwise ignored."""
-    session_idle_timeout_s: float = Field(default=1800, gt=0)
+    session_idle_timeout_s: float = Field(default=1800, gt=0, le=LONGEST_S)
     """Seconds after which a stateful MCP session with no request is closed, ending its subscriptions (30 min by
-    default)."""
+    default, at most a year)."""
     server_card: bool = True
     """Serve `GET /.well-known/mcp/server-card.json` (no authentication, no secrets in it)."""
 
@@ -513,12 +522,14 @@ class LimitsConfig(_Model):
 class SubscriptionsConfig(_Model):
     """A subscription's lease and lifetime (`lease.py`)."""
 
-    idle_after_s: float = Field(default=1800, gt=0)
-    """With no request on the subscribing session for this long, its pull watches slow down."""
-    slow_interval_ms: int = Field(default=600_000, ge=POLL_FLOOR_MS)
-    """The cadence of a slowed pull watch (never faster than its own interval)."""
-    lifetime_s: float = Field(default=86_400, gt=0)
-    """Every watch ends this long after it began, renewals included; the client subscribes again."""
+    idle_after_s: float = Field(default=1800, gt=0, le=LONGEST_S)
+    """With no request on the subscribing session for this long (seconds, at most a year), its pull watches slow
+    down."""
+    slow_interval_ms: int = Field(default=600_000, ge=POLL_FLOOR_MS, le=LONGEST_MS)
+    """The cadence of a slowed pull watch (never faster than its own interval; at most a year)."""
+    lifetime_s: float = Field(default=86_400, gt=0, le=LONGEST_S)
+    """Every watch ends this long after it began (seconds, at most a year), renewals included; the client
+    subscribes again."""
 
 
 class NatsConfig(_Model):

@@ -16,10 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
-from mcpg_gateway.contract import config
+from mcpg_gateway.contract import config, documents
 from mcpg_gateway.contract.errors import ConfigError, Problem
 
 _ENV_REF = re.compile(r"\$\{env\.([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -30,15 +29,15 @@ _UNION_TAGS = frozenset({*config.STRATEGY_TYPES, "http"})
 
 
 def read_file(path: Path) -> Any:
-    """The YAML document in `path` (an empty file is an empty mapping)."""
+    """The YAML document in `path` (an empty file is an empty mapping), bounded before anything walks it
+    (`documents.py`: an alias bomb is refused, not expanded)."""
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError([Problem(str(path), f"cannot read: {e.strerror}")]) from e
     except UnicodeDecodeError as e:
         raise ConfigError([Problem(str(path), f"not UTF-8 text (byte {e.start}): save it as UTF-8")]) from e
-    except yaml.YAMLError as e:
-        raise ConfigError([Problem(str(path), f"not valid YAML: {e}")]) from e
+    raw = documents.load(text, str(path))
     return raw if raw is not None else {}
 
 
@@ -77,6 +76,7 @@ def parse_without_env(raw: Any) -> tuple[config.GatewayConfig, list[EnvUse]]:
 def _parse(raw: Any, env: _Env) -> config.GatewayConfig:
     if not isinstance(raw, dict):
         raise ConfigError([Problem("(top level)", f"expected a mapping, got {type(raw).__name__}")])
+    documents.bounded(raw, "(top level)")  # a document given as a mapping is walked below too: bound it first
     resolved = _resolve_env(raw, env)
     try:
         model = config.GatewayConfig.model_validate(resolved)

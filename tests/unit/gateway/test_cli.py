@@ -73,8 +73,33 @@ def test_invalid_configuration_exits_2_with_one_line_per_problem_naming_the_fiel
             "  mcp.capabilities.resource_templates[0].backend.url: names {b}, which uri_template does not define ",
         ),
         ("mcp: [capabilities]\n", "  mcp: Input should be a valid dictionary"),
+        # Accepted once, then every webhook answered 500 (`renewBy` of an infinite lease), or the start crashed.
+        (
+            "gateway:\n  subscriptions: {idle_after_s: .inf}\n",
+            "  gateway.subscriptions.idle_after_s: Input should be a finite number",
+        ),
+        (
+            "gateway:\n  server: {session_idle_timeout_s: .inf}\n",
+            "  gateway.server.session_idle_timeout_s: Input should be a finite number",
+        ),
+        # 9**7 strings from 300 bytes of anchors, which the start used to expand (775 MB for a larger one).
+        (
+            "mcp:\n  capabilities:\n    tools:\n      - {name: t, x: ["
+            + ", ".join(
+                [f"&a0 [{', '.join(['lol'] * 9)}]"] + [f"&a{i + 1} [{', '.join([f'*a{i}'] * 9)}]" for i in range(6)]
+            )
+            + "]}\n",
+            "  {file}: holds more than 250000 values once its YAML aliases are expanded",
+        ),
     ],
-    ids=["repeated-variable", "undefined-backend-variable", "mcp-not-a-mapping"],
+    ids=[
+        "repeated-variable",
+        "undefined-backend-variable",
+        "mcp-not-a-mapping",
+        "infinite-lease",
+        "infinite-session-timeout",
+        "alias-bomb",
+    ],
 )
 def test_a_configuration_the_gateway_cannot_serve_exits_2_naming_the_field_without_a_traceback(
     tmp_path: Path, document: str, line: str
@@ -88,7 +113,7 @@ def test_a_configuration_the_gateway_cannot_serve_exits_2_naming_the_field_witho
     lines = out.strip().splitlines()
     assert lines[0] == f"mcpg-gateway: invalid configuration in {bad}:"
     assert len(lines) == 2, out
-    assert lines[1].startswith(line)
+    assert lines[1].startswith(line.replace("{file}", str(bad)))
 
 
 def test_a_missing_environment_variable_stops_the_gateway_before_it_serves() -> None:
