@@ -7,20 +7,20 @@ It is set in the SDK's auth context for the whole connection, so every handler s
 HTTP caller (`identity.current()`), and read policies and notification filters apply unchanged.
 
 No HTTP port is served: stdout carries the protocol (logs go to stderr), and webhook-strategy watches, which
-need `POST /webhooks/...`, never fire here. Poll and the event-driven strategies (NATS, PostgreSQL, SQL) do.
+need `POST /webhooks/...`, never fire here. Poll and the event-driven strategies (NATS, PostgreSQL, SQL) do. The
+transport is ours (`stdio_transport.py`), not the SDK's: a stop ends the session even while stdin stays open, and a
+line that is no JSON-RPC message is answered with an error instead of being dropped.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 from mcp.server.auth.middleware.auth_context import auth_context_var
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
-from mcp.server.stdio import stdio_server
 
-from mcpg_gateway import identity, mcp_handlers
+from mcpg_gateway import cancellation, identity, mcp_handlers, stdio_transport
 from mcpg_gateway.contract import config
 from mcpg_gateway.contract.errors import GatewayError
 from mcpg_gateway.gateway import Gateway
@@ -57,13 +57,14 @@ def principal_for(auth: config.AuthConfig, principal_id: str | None) -> Principa
 
 
 async def serve(gw: Gateway, principal: Principal, stop: asyncio.Event) -> None:
-    """Serve one client on stdin/stdout until it closes stdin or `stop` is set, then shut down gracefully."""
+    """Serve one client on stdin/stdout until it closes stdin or `stop` is set (stdin open or not), then shut down
+    gracefully: its listen streams are answered first."""
     server = mcp_handlers.build_server(gw)
     # Every task the connection starts copies this context: its handlers run as `principal`.
     auth_context_var.set(AuthenticatedUser(identity.access_token(principal)))
     await gw.start()
     try:
-        async with stdio_server() as (read, write):
+        async with stdio_transport.streams() as (read, write):
             logger.info("gateway serving MCP on stdio as principal %r", principal.principal_id)
             session = asyncio.create_task(server.run(read, write, server.create_initialization_options()))
             stopper = asyncio.create_task(stop.wait())
@@ -83,5 +84,4 @@ async def _end(gw: Gateway, session: asyncio.Task[None]) -> None:
     if not await gw.subscribers.wait_listen_streams_ended(LISTEN_DRAIN_TIMEOUT_S):
         logger.warning("some listen streams did not end in time; closing the connection")
     session.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await session
+    await cancellation.stopped([session], cancellation.STEP_TIMEOUT_S, "ending the stdio session")
