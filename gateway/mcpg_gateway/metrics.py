@@ -105,7 +105,8 @@ class Metrics:
             ["method", "code"],
             registry=r,
         )
-        # Labelled by upstream host:port (`upstream_pauses.Key.upstream`): never a URL path, header or credential.
+        # Labelled by upstream host:port as configured (`reader._upstream`: a template's `{variables}` in the host stay
+        # unexpanded, so callers' values never make series): never a URL path, header or credential.
         self.upstream_rate_limited = Counter(
             "mcpg_upstream_rate_limited_total",
             "Upstream 429 answers: each pauses (or keeps paused) its reads of that upstream with the same credentials",

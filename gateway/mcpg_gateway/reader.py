@@ -12,6 +12,11 @@ slow upstream fills only its own. `timeout_ms` bounds the whole read: the wait f
 An upstream's `429` pauses every read of that upstream with the same credentials (`upstream_pauses.py`): a read
 under a paused key raises at once, without a request, so a rate-limited upstream is left alone for a while instead
 of being asked again by every watch that reads it. Both are counted by upstream (host:port, never a credential).
+
+An upstream here is the backend's url as configured (`upstream_pauses.origin_of`): a resource template whose url
+has a `{variable}` in its host reaches as many hosts as callers choose values, but it is one upstream to the
+connection slots and to every metric label, so neither grows with what callers ask for. Only a pause, which an
+upstream decides host by host, is kept per host actually requested.
 """
 
 from __future__ import annotations
@@ -136,7 +141,7 @@ class HttpReader:
         url, headers = _target(binding)
         key = upstream_pauses.key_for(url, headers)
         self._hold_if_paused(binding, key)
-        slot = self._slots.slot(key.origin)
+        slot = self._slots.slot(upstream_pauses.origin_of(backend.url))  # as configured: one per template
         try:
             async with asyncio.timeout(backend.timeout_ms / 1000), slot:
                 answer = await self._exchange(
@@ -144,7 +149,7 @@ class HttpReader:
                 )
         except TimeoutError as e:
             if not slot.entered:
-                raise self._busy(binding, key) from None
+                raise self._busy(binding) from None
             raise ReadError(f"{binding.uri}: upstream did not answer within {backend.timeout_ms} ms") from e
         except aiohttp.ClientPayloadError as e:  # a Content-Length that lies, a broken gzip or chunked encoding
             raise ReadError(f"{binding.uri}: upstream's response body was cut short or malformed ({_kind(e)})") from e
@@ -164,35 +169,29 @@ class HttpReader:
             ) as resp:
                 if not _redirects(resp, backend):
                     return await self._receive(binding, key, resp, sink)
-                hop = self._follow(binding, key, hop, resp)
-        raise self._refused_redirect(
-            binding, key, f"upstream redirected more than {MAX_REDIRECTS} times in a row", None
-        )
+                hop = self._follow(binding, hop, resp)
+        raise self._refused_redirect(binding, f"upstream redirected more than {MAX_REDIRECTS} times in a row", None)
 
-    def _follow(
-        self, binding: catalog.Binding, key: upstream_pauses.Key, hop: _Hop, resp: aiohttp.ClientResponse
-    ) -> _Hop:
+    def _follow(self, binding: catalog.Binding, hop: _Hop, resp: aiohttp.ClientResponse) -> _Hop:
         """The request a redirect asks for, if the backend may follow it; `ReadError` saying why not otherwise."""
         redirected = f"upstream redirected (HTTP {resp.status})"
         if not binding.entry.backend.follow_redirects:
-            raise self._refused_redirect(binding, key, f"{redirected}; {NOT_FOLLOWED}", resp.status)
+            raise self._refused_redirect(binding, f"{redirected}; {NOT_FOLLOWED}", resp.status)
         try:
             target = resp.url.join(yarl.URL(resp.headers[aiohttp.hdrs.LOCATION]))
         except ValueError:
             raise self._refused_redirect(
-                binding, key, f"{redirected} to a Location that is not a URL", resp.status
+                binding, f"{redirected} to a Location that is not a URL", resp.status
             ) from None
         if _origin(target) != _origin(resp.url):
-            raise self._refused_redirect(binding, key, f"{redirected} {TO_ANOTHER_ORIGIN}", resp.status)
+            raise self._refused_redirect(binding, f"{redirected} {TO_ANOTHER_ORIGIN}", resp.status)
         # As browsers and aiohttp do: 303 asks for a GET; so do 301 and 302 after a POST, by long practice.
         if (resp.status == 303 and hop.method != "HEAD") or (resp.status in (301, 302) and hop.method == "POST"):
             return _Hop("GET", target, None)
         return _Hop(hop.method, target, hop.body)
 
-    def _refused_redirect(
-        self, binding: catalog.Binding, key: upstream_pauses.Key, why: str, status: int | None
-    ) -> ReadError:
-        self._metrics.upstream_redirects_refused.labels(key.upstream).inc()
+    def _refused_redirect(self, binding: catalog.Binding, why: str, status: int | None) -> ReadError:
+        self._metrics.upstream_redirects_refused.labels(_upstream(binding)).inc()
         return ReadError(f"{binding.uri}: {why}", status=status)
 
     async def _receive(
@@ -206,25 +205,26 @@ class HttpReader:
         cap = backend.max_response_bytes
         announced = resp.content_length if resp.method != "HEAD" else None  # HEAD: the size of a GET's body
         if announced is not None and announced > cap:
-            raise self._too_large(binding, key, resp)
+            raise self._too_large(binding, resp)
         received = 0
         async for chunk in resp.content.iter_chunked(READ_CHUNK_BYTES):
             received += len(chunk)
             if received > cap:
-                raise self._too_large(binding, key, resp)
+                raise self._too_large(binding, resp)
             sink(chunk)
         return resp.status, resp.content_type
 
-    def _too_large(self, binding: catalog.Binding, key: upstream_pauses.Key, resp: aiohttp.ClientResponse) -> ReadError:
+    def _too_large(self, binding: catalog.Binding, resp: aiohttp.ClientResponse) -> ReadError:
         resp.close()  # the rest is never read, so the connection cannot serve another request
-        self._metrics.upstream_too_large.labels(key.upstream).inc()
+        self._metrics.upstream_too_large.labels(_upstream(binding)).inc()
         cap = binding.entry.backend.max_response_bytes
         return ReadError(f"{binding.uri}: upstream response is larger than max_response_bytes ({cap})")
 
-    def _busy(self, binding: catalog.Binding, key: upstream_pauses.Key) -> ReadError:
-        self._metrics.upstream_connections_busy.labels(key.upstream).inc()
+    def _busy(self, binding: catalog.Binding) -> ReadError:
+        upstream = _upstream(binding)
+        self._metrics.upstream_connections_busy.labels(upstream).inc()
         return ReadError(
-            f"{binding.uri}: all {self._slots.size} connections to {key.upstream} stayed busy for "
+            f"{binding.uri}: all {self._slots.size} connections to {upstream} stayed busy for "
             f"{binding.entry.backend.timeout_ms} ms, so the read was not sent (gateway.limits.upstream_connections)"
         )
 
@@ -233,7 +233,7 @@ class HttpReader:
         left = self.pauses.paused_for(key)
         if left is None:
             return
-        self._metrics.upstream_paused_reads.labels(key.upstream).inc()
+        self._metrics.upstream_paused_reads.labels(_upstream(binding)).inc()
         raise ReadError(
             f"{binding.uri}: the upstream is rate-limiting this gateway; reads paused for {_seconds(left)} more",
             status=RATE_LIMITED_STATUS,
@@ -242,7 +242,7 @@ class HttpReader:
 
     def _rate_limited(self, binding: catalog.Binding, key: upstream_pauses.Key, retry_after: str | None) -> NoReturn:
         pause = self.pauses.record(key, upstream_pauses.parse_retry_after(retry_after, time.time()), binding.entry.name)
-        self._metrics.upstream_rate_limited.labels(key.upstream).inc()
+        self._metrics.upstream_rate_limited.labels(_upstream(binding)).inc()
         logger.warning(
             "upstream %s answered 429 to a read of %s: its reads with the same credentials pause for %s",
             key.upstream,
@@ -260,8 +260,10 @@ class HttpReader:
 class OriginSlots:
     """At most `size` reads at a time on one upstream origin's connections; the others wait for a slot.
 
-    So one slow upstream can hold only its own connections. An origin's state lives while a read holds or awaits
-    one of its slots: templated backend URLs can name any number of hosts, and the table must not grow with them.
+    So one slow upstream can hold only its own connections. The origin is the backend's as configured, so a
+    template whose host is a `{variable}` shares one origin's slots however many hosts callers name: the total of
+    connections stays bounded by the configuration. An origin's state lives while a read holds or awaits one of its
+    slots, so an idle one keeps nothing.
     """
 
     def __init__(self, size: int) -> None:
@@ -324,6 +326,12 @@ def _target(binding: catalog.Binding) -> tuple[str, dict[str, str]]:
     """The URL (rendered) and the headers (the credentials, in clear: never to be logged) a read sends."""
     backend = binding.entry.backend
     return render_url(backend.url, binding.variables), {k: v.get_secret_value() for k, v in backend.headers.items()}
+
+
+def _upstream(binding: catalog.Binding) -> str:
+    """The metric label of `binding`'s upstream: host:port as configured (a `{variable}` in it unexpanded), so
+    the configuration bounds the label's values, never the URIs callers ask for."""
+    return upstream_pauses.host_port(upstream_pauses.origin_of(binding.entry.backend.url))
 
 
 def _redirects(resp: aiohttp.ClientResponse, backend: config.HttpBackend) -> bool:

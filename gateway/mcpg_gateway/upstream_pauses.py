@@ -12,7 +12,10 @@ paused was sent before the pause began and says nothing new: a `429` then does n
 Retry-After may still lengthen it), and a success does not end the streak.
 
 The digest is keyed with a per-process random secret and never leaves this module's keys: the admin API shows an
-upstream as host:port, never its credentials nor anything derived from them. Pure: time is what `now` says.
+upstream as host:port, never its credentials nor anything derived from them. A backend URL with a `{variable}` in
+its host names as many origins as callers choose values, so the table keeps at most `MAX_KEYS` of them (the one
+whose pause ends first makes room), and metrics name an upstream as configured (`origin_of` the unrendered URL),
+never as a caller rendered it. Pure: time is what `now` says.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ RETRY_AFTER_CAP_S = 3600.0
 """The longest pause any Retry-After gets: beyond it the upstream is not believed."""
 FORGET_AFTER_S = 3600.0
 """How long after its pause ended, with no 429 since, an upstream stays listed (recently limited)."""
+MAX_KEYS = 1024
+"""Keys remembered at once: a 429 under a new key past this forgets the key whose pause ends first."""
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
 _DIGEST_KEY = os.urandom(32)
@@ -47,26 +52,38 @@ class Key:
 
     @property
     def upstream(self) -> str:
-        """host:port, what metrics and the admin API may show."""
-        return self.origin.split("://", 1)[1]
+        """host:port as requested, what the admin API shows (metrics show the configured one: `origin_of`)."""
+        return host_port(self.origin)
 
 
 def key_for(url: str, headers: Mapping[str, str]) -> Key:
     """The key of a request to `url` (rendered) with `headers`; the URL's userinfo counts as credentials too."""
     parts = urlsplit(url)
-    host = parts.hostname or ""
-    try:
-        port = parts.port or DEFAULT_PORTS.get(parts.scheme.lower())
-    except ValueError:  # not a port: the request will fail on its own, the key only has to be stable
-        port = None
-    where = f"[{host}]" if ":" in host else host
     digest = hashlib.blake2b(key=_DIGEST_KEY, digest_size=16)
     for name, value in sorted((k.lower(), v) for k, v in headers.items()):
         _feed(digest, name)
         _feed(digest, value)
     _feed(digest, parts.username or "")
     _feed(digest, parts.password or "")
-    return Key(f"{parts.scheme.lower()}://{where}:{port}", digest.hexdigest())
+    return Key(origin_of(url), digest.hexdigest())
+
+
+def origin_of(url: str) -> str:
+    """`scheme://host:port` of `url`, never its userinfo. Of a backend's url as configured, a template's `{name}`
+    in the host (or port) stays as written: one origin however many values callers give it."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    try:
+        port: int | str | None = parts.port or DEFAULT_PORTS.get(parts.scheme.lower())
+    except ValueError:  # `{port}`, or not a port (such a request fails on its own): as written, so it is stable
+        port = parts.netloc.rpartition(":")[2]
+    where = f"[{host}]" if ":" in host else host
+    return f"{parts.scheme.lower()}://{where}:{port}"
+
+
+def host_port(origin: str) -> str:
+    """host:port of an `origin_of` result: what metrics and the admin API may show."""
+    return origin.split("://", 1)[1]
 
 
 def _feed(digest: hashlib.blake2b, text: str) -> None:
@@ -153,6 +170,8 @@ class UpstreamPauses:
         """A 429 answered under `key`: pause it (or lengthen its pause); the pause's seconds from now."""
         now = self._now()
         self._forget_old(now)
+        if key not in self._states:
+            self._make_room()
         state = self._states.setdefault(key, _State(paused_until=now))
         state.total += 1
         if resource is not None:
@@ -200,6 +219,12 @@ class UpstreamPauses:
             for key, state in self._states.items()
         ]
         return sorted(views, key=lambda v: (v.upstream, v.resources))
+
+    def _make_room(self) -> None:
+        # At the bound, the key whose pause ends first goes: forgetting it costs at most one request that is
+        # answered 429 again, where an unbounded table grows with every host a caller names.
+        if len(self._states) >= MAX_KEYS:
+            del self._states[min(self._states, key=lambda k: self._states[k].paused_until)]
 
     def _forget_old(self, now: float) -> None:
         # Keys can come from templated URLs (a `{var}` in the host): the table must not grow without end.
