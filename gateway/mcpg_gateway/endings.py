@@ -1,13 +1,15 @@
 """Why a watch ended, said to the client: the closed vocabulary and the `_meta` keys that carry it.
 
-A subscriptions/listen the gateway ends is answered with `_meta[WATCH_END_META_KEY] = {"reason", "detail"}` (and
-`status` on `resource_gone` when the failing read had one). `detail` is a sentence of advice, so a client that does
-not know the reason word can still act. The list is closed and published in the server card (`card.py`); a client
-should treat a word it does not know as "an ending this client does not know", never as any particular one.
+A subscriptions/listen the gateway ends is answered with `_meta[WATCH_END_META_KEY] = {"reason", "detail"}`, plus
+`uris` (the URIs the gateway ended for that reason) and `status` on `resource_gone` when the failing read had one.
+`detail` is a sentence of advice, so a client that does not know the reason word can still act. The list is closed
+and published in the server card (`card.py`); a client should treat a word it does not know as "an ending this
+client does not know", never as any particular one.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -40,9 +42,17 @@ class Ending:
     reason: Reason
     status: int | None = None
     """The upstream's HTTP status, on `resource_gone` only, relayed and not interpreted."""
+    uris: tuple[str, ...] = ()
+    """The URIs the gateway ended for this reason (none for a `shutdown`, which ends everything)."""
+
+    def of(self, uri: str) -> Ending:
+        """This ending, of `uri` as well."""
+        return dataclasses.replace(self, uris=(*self.uris, uri))
 
     def meta(self) -> dict[str, Any]:
         end: dict[str, Any] = {"reason": self.reason, "detail": ADVICE[self.reason]}
+        if self.uris:
+            end["uris"] = list(self.uris)
         if self.status is not None:
             end["status"] = self.status
         return {WATCH_END_META_KEY: end}

@@ -160,25 +160,30 @@ class _Handlers:
         sub = self._refusing("subscriptions/listen", lambda: self.gw.open_subscriber("listen", principal))
         sub.list_changed = bool(params.notifications.resources_list_changed)
         meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: rid}
-        stream = streams.of_request(ctx.request)
-        delivery = None
-        if stream is not None:  # over Streamable HTTP: fires write to the response stream (`delivery.py`)
-            sub.delivery = delivery = self._delivery(sub, lambda: stream, subscription_id=rid)
-        try:
+        try:  # from here on the stream is counted: whatever fails, `close` gives its slot back
+            stream = streams.of_request(ctx.request)
+            if stream is not None:  # over Streamable HTTP: fires write to the response stream (`delivery.py`)
+                sub.delivery = self._delivery(sub, lambda: stream, subscription_id=rid)
             await self._join(bindings, sub, "subscriptions/listen")
             del bindings  # the watchers hold their own: not kept for as long as the stream stays open
             await self._acknowledge(ctx, sub, wanted, meta, rid)
-            if stream is not None and delivery is not None:
-                await stream.wait_flushed()  # no notification may overtake the acknowledgement
-                delivery.ready()
-                await sub.outbox.wait_closed()
-                await delivery.flush()  # what is pending goes out before the result ends the stream
-            else:
-                await self._drain(sub, ctx, meta, rid)
+            await self._until_ended(sub, stream, ctx, meta, rid)
         finally:
             self.gw.subscribers.close(sub)
         ending = sub.ending.meta() if sub.ending is not None else {}
         return types.SubscriptionsListenResult(_meta={**meta, **ending})
+
+    async def _until_ended(
+        self, sub: Subscriber, stream: streams.Stream | None, ctx: Ctx, meta: dict[str, Any], rid: types.RequestId
+    ) -> None:
+        """Carry the stream's notifications until the gateway ends it (its outbox closes) or the client leaves."""
+        if stream is None or not isinstance(sub.delivery, Delivery):
+            await self._drain(sub, ctx, meta, rid)
+            return
+        await stream.wait_flushed()  # no notification may overtake the acknowledgement
+        sub.delivery.ready()
+        await sub.outbox.wait_closed()
+        await sub.delivery.flush()  # what is pending goes out before the result ends the stream
 
     async def _acknowledge(
         self, ctx: Ctx, sub: Subscriber, wanted: list[str], meta: dict[str, Any], rid: types.RequestId

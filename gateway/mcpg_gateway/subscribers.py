@@ -147,7 +147,7 @@ class Subscriber:
     since: dict[str, float] = field(default_factory=dict)
     """When each subscription began (uri -> the clock's time): its lifetime counts from there."""
     list_changed: bool = False
-    """A listen stream that also carries a list-changed subscription is never ended for its URIs alone."""
+    """A listen stream that also carries list changes (acknowledged so); it ends with its URIs all the same."""
     ending: Ending | None = None
     """Why the gateway ended this listen stream, said in its result; None while open or when the client ended it."""
     delivery: Delivering | None = None

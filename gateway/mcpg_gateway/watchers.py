@@ -11,7 +11,7 @@ filter excludes is never told.
 The registry also keeps each principal's holdings (`limits.Watches`) in step with its subscriptions, and ends
 subscriptions for the reasons in `endings.py`: the upstream answered 401/403/404 (`resource_gone`), the lifetime
 ran out (`lifetime_reached`), or the principal's limit needed the room (`watcher_evicted`). A listen stream is
-answered only once every URI it carries has ended.
+answered as soon as the gateway ends any URI it carries, naming the URIs: the client listens again for the rest.
 """
 
 from __future__ import annotations
@@ -168,13 +168,16 @@ class WatchRegistry:
             self._detach(uri, sub)
 
     def end(self, sub: Subscriber, uri: str, ending: Ending) -> None:
-        """The gateway ends `sub`'s subscription to `uri`; a listen stream left with nothing is answered."""
+        """The gateway ends `sub`'s subscription to `uri`. A listen stream is answered, saying why and which URIs
+        ended (all those ended in the same turn: a listen's lifetimes run out together): whatever else it carried
+        (other URIs, list changes) ends with it, so no subscription of a stream the client holds ends unheard."""
         if uri not in sub.uris:
             return
         self._detach(uri, sub)
         self._metrics.watch_ends.labels(ending.reason).inc()
-        if sub.kind == "listen" and not sub.uris and not sub.list_changed:
-            sub.ending = ending
+        if sub.kind == "listen":
+            if sub.ending is None or sub.ending.reason == ending.reason:  # the result gives one reason
+                sub.ending = (sub.ending or ending).of(uri)
             sub.outbox.close()
 
     def touch(self, sub: Subscriber) -> None:

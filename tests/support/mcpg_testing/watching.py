@@ -77,9 +77,10 @@ class Watching:
 
 @contextlib.asynccontextmanager
 async def watching(
-    url: str, mode: str, uris: list[str], headers: dict[str, str] | None = None
+    url: str, mode: str, uris: list[str], headers: dict[str, str] | None = None, list_changed: bool = False
 ) -> AsyncIterator[Watching]:
-    """A client subscribed to `uris`: legacy (resources/subscribe) or listen (one subscriptions/listen)."""
+    """A client subscribed to `uris`: legacy (resources/subscribe) or listen (one subscriptions/listen, asking for
+    list changes as well when `list_changed`)."""
     notes: asyncio.Queue[Note] = asyncio.Queue()
     acknowledged = asyncio.Event()
 
@@ -102,7 +103,9 @@ async def watching(
             return
         request = types.SubscriptionsListenRequest(
             params=types.SubscriptionsListenRequestParams(
-                notifications=types.SubscriptionFilter(resource_subscriptions=uris)
+                notifications=types.SubscriptionFilter(
+                    resource_subscriptions=uris, resources_list_changed=True if list_changed else None
+                )
             )
         )
         handle.result = asyncio.create_task(client.session.send_request(request, types.SubscriptionsListenResult))

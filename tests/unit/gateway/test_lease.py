@@ -165,6 +165,7 @@ async def test_a_listen_is_answered_lifetime_reached_after_its_lifetime_renewals
     assert meta[endings.WATCH_END_META_KEY] == {
         "reason": "lifetime_reached",
         "detail": endings.ADVICE["lifetime_reached"],
+        "uris": [HOOK],
     }
     assert running.gw.running_watches() == []
 
@@ -192,6 +193,7 @@ async def test_a_watch_whose_upstream_answers_404_ends_with_resource_gone_and_th
     assert meta[endings.WATCH_END_META_KEY] == {
         "reason": "resource_gone",
         "detail": endings.ADVICE["resource_gone"],
+        "uris": [POLLED],
         "status": 404,
     }
     assert running.gw.running_watches() == []
@@ -212,20 +214,28 @@ async def test_a_status_the_resource_expects_stays_a_change_and_ends_nothing(
         assert sub.open
 
 
-async def test_a_listen_is_answered_only_once_every_uri_it_carries_has_stopped(
+async def test_a_listen_is_answered_as_soon_as_the_gateway_ends_any_uri_it_carries_naming_that_uri(
     running: RunningGateway, upstream: Upstream, clock: ManualClock
 ) -> None:
     async with watching(running.mcp_url, "listen", [POLLED, HOOK]) as sub:
         await clock.waiting_until()
         upstream.set("/notes", "{}", status=403)
         await clock.release()
-        await until(lambda: [w.uri for w in running.gw.running_watches()] == [HOOK])
-        await post_hook(running)
-        assert (await sub.next()).uri == HOOK  # still open, still told about what it still carries
-        assert sub.open
+        meta = await sub.ended()  # not left open for HOOK while POLLED went unheard
+    assert meta[endings.WATCH_END_META_KEY]["reason"] == "resource_gone"
+    assert meta[endings.WATCH_END_META_KEY]["uris"] == [POLLED]  # HOOK ended only with the stream: listen again
+    await until(lambda: running.gw.running_watches() == [])
+
+
+async def test_a_listen_that_also_asks_for_list_changes_is_answered_when_the_gateway_ends_its_uris(
+    running: RunningGateway, clock: ManualClock
+) -> None:
+    async with watching(running.mcp_url, "listen", [HOOK, OTHER], list_changed=True) as sub:
+        await clock.waiting_until()
         clock.advance(LIFETIME_S)
         meta = await sub.ended()
-    assert meta[endings.WATCH_END_META_KEY]["reason"] == "lifetime_reached"  # the last one to stop
+    assert meta[endings.WATCH_END_META_KEY]["reason"] == "lifetime_reached"
+    assert sorted(meta[endings.WATCH_END_META_KEY]["uris"]) == sorted([HOOK, OTHER])  # ended in one turn, told once
 
 
 @ERAS
