@@ -4,12 +4,17 @@ Module map (a request's path through it, top to bottom):
 
     __main__        `mcpg-gateway`: load and check the configuration, then serve
     contract/       what a configuration is and whether a gateway accepts it; the only part the operator imports
-                    (config: the model; loading: YAML, ${env.X}, schema; cel: policies and filters compiled;
+                    (config: the model; documents: YAML read within a bound on its expanded size and depth;
+                    loading: YAML, ${env.X}, schema; cel: policies and filters compiled;
                     check: the whole question; templates: URI templates, matched in linear time; uris: the one
                     canonical spelling, the length cap, what a variable may hold; errors: Problem, ConfigError)
     servers         the two HTTP servers and the MCP session manager, started and stopped in order
+    connections     per port: the connection cap, and a deadline for every state of a connection
+    request_heads   request heads held to fixed limits below every route; a repeated singleton header refused
     stdio           `--stdio`: one client over stdin/stdout with the same handlers, as one configured principal
-    public_app      port 8080: /mcp (origins, then identity), the webhook route, /healthz, /readyz
+    stdio_transport newline-delimited JSON-RPC on stdin/stdout, read on the event loop, bounded, errors answered
+    public_app      port 8080: /mcp (classified, origins, identity, sessions, envelope), webhooks, health
+    mcp_requests    an /mcp request read once: its era and session the SDK's way; its body, ids and _meta bounded
     admin_app       port 9090: /metrics and /admin/v1/*
     origins         the Origin rule shared by /mcp and the webhook route
     identity        bearer tokens to principals, through the MCP SDK's auth hooks
@@ -34,6 +39,7 @@ Module map (a request's path through it, top to bottom):
     strategies/     poll, nats_topic, postgres_listen_notify, sql_polling (+ sql_values, its state as text),
                     plugin (entry points), memory (tests)
     backoff         the one retry rhythm: 1, 2, 5, 10, then every 30 s
+    cancellation    a cancel never lost (re-checked after awaits that may swallow it), and bounded shutdown waits
     liveness        how a connection that stopped without closing is noticed within a bound, and each watch's record
     metrics, audit, logs, redaction, errors
     tracing         OpenTelemetry: the provider when OTEL_EXPORTER_OTLP_ENDPOINT is set, and the spans of a change
