@@ -361,6 +361,20 @@ async def test_without_jetstream_the_buckets_are_reported_once_clearly_and_webho
         server.stop()
 
 
+async def publish_then_a_fire(bus_server: NatsServer, setup: Setup, messages: list[tuple[str, bytes]]) -> None:
+    """As another client of the account: each `(uri, data)` on `uri`'s fire subject, then one well-formed fire of
+    `SENTINEL_URI` on the same connection, which arrives after all of them were handled."""
+    nc = await nats_py.connect(bus_server.url)
+    try:
+        for uri, data in messages:
+            await nc.publish(bus.fire_subject(setup.name, uri), data)
+        fire = {"uri": SENTINEL_URI, "strategy": "webhook", "origin": "other"}
+        await nc.publish(bus.fire_subject(setup.name, SENTINEL_URI), json.dumps(fire).encode())
+        await nc.flush()
+    finally:
+        await nc.close()
+
+
 async def test_junk_on_the_fire_subjects_tells_nobody_is_counted_and_logged_once_not_per_message(
     gateway_factory: GatewayFactory, bus_server: NatsServer, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -371,16 +385,8 @@ async def test_junk_on_the_fire_subjects_tells_nobody_is_counted_and_logged_once
     junk = [b"not json", b"{}", b'{"uri": 42}', f'{{"uri": "{HOOK}"}}'.encode()]
     async with subscribers([gw], ["listen"], [HOOK, SENTINEL_URI]) as subs:
         caplog.set_level(logging.WARNING, logger="mcpg_gateway.bus")
-        nc = await nats_py.connect(bus_server.url)
-        try:
-            for n in range(400):
-                await nc.publish(bus.fire_subject(setup.name, STOCK if n % 4 == 3 else HOOK), junk[n % 4])
-            # Then one well-formed fire on the same connection: it arrives after all the junk was handled.
-            fire = {"uri": SENTINEL_URI, "strategy": "webhook", "origin": "other"}
-            await nc.publish(bus.fire_subject(setup.name, SENTINEL_URI), json.dumps(fire).encode())
-            await nc.flush()
-        finally:
-            await nc.close()
+        forged = [(STOCK if n % 4 == 3 else HOOK, junk[n % 4]) for n in range(400)]
+        await publish_then_a_fire(bus_server, setup, forged)
         [sub] = subs
         assert await sub.next_update() == SENTINEL_URI
         assert sub.drained() == []
@@ -406,15 +412,7 @@ async def test_a_fire_nested_too_deep_oversized_or_with_a_uri_utf8_cannot_carry_
     ]
     async with subscribers([gw], ["listen"], [HOOK, SENTINEL_URI]) as subs:
         caplog.set_level(logging.WARNING, logger="mcpg_gateway.bus")
-        nc = await nats_py.connect(bus_server.url)
-        try:
-            for uri, data in junk:
-                await nc.publish(bus.fire_subject(setup.name, uri), data)
-            fire = {"uri": SENTINEL_URI, "strategy": "webhook", "origin": "other"}
-            await nc.publish(bus.fire_subject(setup.name, SENTINEL_URI), json.dumps(fire).encode())
-            await nc.flush()
-        finally:
-            await nc.close()
+        await publish_then_a_fire(bus_server, setup, junk)
         [sub] = subs
         assert await sub.next_update() == SENTINEL_URI
         assert sub.drained() == []

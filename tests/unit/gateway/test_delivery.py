@@ -8,8 +8,6 @@ session with no GET stream open has nowhere to be written to, and that is counte
 from __future__ import annotations
 
 import asyncio
-import json
-import socket
 
 import httpx2
 import pytest
@@ -20,6 +18,7 @@ from mcpg_gateway.delivery import Delivery
 from mcpg_gateway.metrics import Metrics
 from mcpg_gateway.subscribers import Outcome, Pending, Subscriber
 from mcpg_testing import BOUND_S
+from mcpg_testing import stuck as stuck_streams
 from mcpg_testing.clients import ERAS, subscribed
 from mcpg_testing.configs import gateway_config, resource
 from mcpg_testing.gateways import GatewayFactory, RunningGateway
@@ -77,7 +76,7 @@ async def test_a_stream_that_stops_reading_falls_behind_alone(gw: RunningGateway
     gateway's buffers for it fill, its notifications go to its own task and are dropped there after
     `send_timeout_s`, while a healthy client beside it gets every one, and no fire ever waits."""
     async with subscribed(gw.mcp_url, "listen", HOOK) as healthy:
-        stuck = await (_stuck_listen_stream(gw.port) if mode == "listen" else _stuck_get_stream(gw))
+        stuck = await (stuck_streams.listen_stream if mode == "listen" else stuck_streams.session_stream)(gw.port, HOOK)
         try:
             fires = 0
             while not delivery_tasks():  # until the stuck stream's connection stops taking bytes
@@ -116,64 +115,6 @@ async def _legacy_session(http: httpx2.AsyncClient, headers: dict[str, str]) -> 
     h = {**headers, "mcp-session-id": sid, "mcp-protocol-version": "2025-11-25"}
     await http.post("/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=h)
     return str(sid)
-
-
-async def _stuck_get_stream(gw: RunningGateway) -> socket.socket:
-    """A handshake-era session subscribed to HOOK, its GET stream on a socket with a small receive buffer, never
-    read past its headers."""
-    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
-    async with httpx2.AsyncClient(base_url=gw.base, timeout=BOUND_S) as http:
-        sid = await _legacy_session(http, headers)
-        head = (
-            f"GET /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\naccept: text/event-stream\r\nmcp-session-id: {sid}\r\n"
-            "mcp-protocol-version: 2025-11-25\r\n\r\n"
-        ).encode()
-        sock = await _small_window(gw.port, head, until=b"\r\n\r\n")
-        h = {**headers, "mcp-session-id": sid, "mcp-protocol-version": "2025-11-25"}
-        subscribe = {"jsonrpc": "2.0", "id": 2, "method": "resources/subscribe", "params": {"uri": HOOK}}
-        assert (await http.post("/mcp", json=subscribe, headers=h)).status_code == 200
-    return sock
-
-
-async def _small_window(port: int, request: bytes, until: bytes) -> socket.socket:
-    """A connection with a 4 KiB receive buffer that sends `request` and reads the answer up to `until`."""
-    loop = asyncio.get_running_loop()
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.setblocking(False)
-    await loop.sock_connect(sock, ("127.0.0.1", port))
-    await loop.sock_sendall(sock, request)
-    received = b""
-    async with asyncio.timeout(BOUND_S):
-        while until not in received:
-            chunk = await loop.sock_recv(sock, 4096)
-            assert chunk, f"the stream closed: {received[:300]!r}"
-            received += chunk
-    assert received.startswith(b"HTTP/1.1 200"), received[:300]
-    return sock
-
-
-async def _stuck_listen_stream(port: int) -> socket.socket:
-    """A 2026-07-28 listen stream on a socket with a small receive buffer, read up to its acknowledgement only."""
-    meta = {
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {},
-        "io.modelcontextprotocol/clientInfo": {"name": "stuck", "version": "0"},
-    }
-    body = json.dumps(
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "subscriptions/listen",
-            "params": {"notifications": {"resourceSubscriptions": [HOOK]}, "_meta": meta},
-        }
-    ).encode()
-    head = (
-        "POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
-        "accept: application/json, text/event-stream\r\nmcp-protocol-version: 2026-07-28\r\n"
-        f"mcp-method: subscriptions/listen\r\ncontent-length: {len(body)}\r\n\r\n"
-    ).encode()
-    return await _small_window(port, head + body, until=b"acknowledged")
 
 
 async def test_a_delivery_stopped_as_its_slow_write_completes_writes_nothing_more() -> None:

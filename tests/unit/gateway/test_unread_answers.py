@@ -11,7 +11,6 @@ a healthy client at a full cap gets in at once); pipelining is bounded; an SSE s
 from __future__ import annotations
 
 import asyncio
-import json
 import socket
 from typing import Any
 
@@ -20,7 +19,7 @@ import pytest
 from prometheus_client import Counter
 
 from mcpg_gateway import connections
-from mcpg_testing import BOUND_S
+from mcpg_testing import BOUND_S, stuck
 from mcpg_testing.configs import gateway_config, watched
 from mcpg_testing.gateways import GatewayFactory, RunningGateway
 
@@ -203,9 +202,6 @@ async def test_pipelining_up_to_the_depth_limit_is_served_and_the_count_starts_a
 
 # --- an SSE stream whose client stops reading ------------------------------------------------------------------
 
-MCP_HEADERS = "host: gw\r\naccept: application/json, text/event-stream\r\ncontent-type: application/json\r\n"
-HANDSHAKE = "2025-11-25"
-
 
 @pytest.mark.parametrize("stream", ["listen", "session GET"])
 async def test_a_stream_whose_client_stops_reading_is_closed_at_the_write_deadline(
@@ -216,7 +212,8 @@ async def test_a_stream_whose_client_stops_reading_is_closed_at_the_write_deadli
     raw = gateway_config(watched("reports", HOOK, {"type": "webhook", "token": TOKEN}))
     raw["gateway"]["limits"] = {"write_timeout_s": WRITE_S}
     gw = await gateway_factory(raw, send_timeout_s=0.5)
-    sock = await (_stuck_listen_stream(gw.port) if stream == "listen" else _stuck_session_stream(gw.port))
+    opened = stuck.listen_stream if stream == "listen" else stuck.session_stream
+    sock = await opened(gw.port, HOOK, small_buffers())
     try:
         async with asyncio.timeout(BOUND_S):
             while guard_closed(gw, "public", "write_timeout") == 0:  # written to until a write stays blocked
@@ -230,47 +227,3 @@ async def test_a_stream_whose_client_stops_reading_is_closed_at_the_write_deadli
         async with asyncio.timeout(BOUND_S):
             while await gw.gw.fire(HOOK, "webhook") != 0:  # the subscription ends as its stream's end is noticed
                 await asyncio.sleep(0.05)
-
-
-async def _request(port: int, head: str, body: bytes, until: bytes) -> socket.socket:
-    """A connection with small buffers that sends one request and reads its answer up to `until` only."""
-    loop, sock = asyncio.get_running_loop(), small_buffers()
-    received = b""
-    async with asyncio.timeout(BOUND_S):
-        await loop.sock_connect(sock, ("127.0.0.1", port))
-        await loop.sock_sendall(sock, f"{head}content-length: {len(body)}\r\n\r\n".encode() + body)
-        while until not in received:
-            chunk = await loop.sock_recv(sock, 4096)
-            assert chunk, f"closed: {received[:300]!r}"
-            received += chunk
-    assert received.startswith(b"HTTP/1.1 200"), received[:300]
-    return sock
-
-
-async def _stuck_listen_stream(port: int) -> socket.socket:
-    meta = {
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {},
-        "io.modelcontextprotocol/clientInfo": {"name": "stuck", "version": "0"},
-    }
-    params = {"notifications": {"resourceSubscriptions": [HOOK]}, "_meta": meta}
-    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen", "params": params}).encode()
-    head = (
-        f"POST /mcp HTTP/1.1\r\n{MCP_HEADERS}mcp-protocol-version: 2026-07-28\r\nmcp-method: subscriptions/listen\r\n"
-    )
-    return await _request(port, head, body, until=b"acknowledged")
-
-
-async def _stuck_session_stream(port: int) -> socket.socket:
-    """A handshake-era session subscribed to HOOK, whose GET stream is read past its headers only."""
-    info = {"protocolVersion": HANDSHAKE, "capabilities": {}, "clientInfo": {"name": "stuck", "version": "0"}}
-    headers = {"accept": "application/json, text/event-stream"}
-    async with httpx2.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=BOUND_S) as http:
-        initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": info}
-        r = await http.post("/mcp", json=initialize, headers=headers)
-        headers |= {"mcp-session-id": r.headers["mcp-session-id"], "mcp-protocol-version": HANDSHAKE}
-        await http.post("/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
-        subscribe = {"jsonrpc": "2.0", "id": 2, "method": "resources/subscribe", "params": {"uri": HOOK}}
-        assert (await http.post("/mcp", json=subscribe, headers=headers)).status_code == 200
-    session = "".join(f"{k}: {v}\r\n" for k, v in headers.items() if k.startswith("mcp-"))
-    return await _request(port, f"GET /mcp HTTP/1.1\r\n{MCP_HEADERS}{session}", b"", until=b"\r\n\r\n")
