@@ -81,7 +81,8 @@ class Gateway:
             rules=self.liveness,
         )
         self.bus = self._bus(cfg.gateway.bus)
-        self.peers = peers.Peers(self.bus.instance, self.liveness) if self.bus is not None else None
+        entries = len(cfg.mcp.capabilities.resources) + len(cfg.mcp.capabilities.resource_templates)
+        self.peers = peers.Peers(self.bus.instance, self.liveness, entries) if self.bus is not None else None
         """What the other gateways on the bus say about their event sources (`peers.py`), for /readyz."""
         self._reporter: asyncio.Task[None] | None = None
         self.owners = (

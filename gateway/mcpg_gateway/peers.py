@@ -18,8 +18,9 @@ name, can still take replicas out, and so can one made-up gateway where only one
 account is the trust boundary.
 
 Resources are named by a hash of their name (the same configuration runs on every replica), so the reports
-carry no address. A report is a small JSON object; anything else on the subject is ignored, and at most
-`MAX_PEERS` gateways are remembered, so a client of the namespace's account cannot grow this without bound.
+carry no address. A report is a small JSON object; anything else on the subject is ignored, a report naming
+more resources than the configuration has is ignored, and at most `MAX_PEERS` gateways are remembered, so a
+client of the namespace's account cannot grow this past a few megabytes.
 """
 
 from __future__ import annotations
@@ -188,9 +189,12 @@ class Decision:
 class Peers:
     """The run of reports of each other gateway, and the readiness decision they inform."""
 
-    def __init__(self, instance: str, rules: liveness.Rules) -> None:
+    def __init__(self, instance: str, rules: liveness.Rules, max_keys: int | None = None) -> None:
+        """`max_keys`: the most resources a report may name, the configuration's count (every replica runs the same
+        configuration, so a gateway's report never names more); None: no bound beyond `MAX_REPORT_BYTES`."""
         self.instance = instance
         self.rules = rules
+        self.max_keys = max_keys
         self._heard: dict[str, Run] = {}
 
     @property
@@ -205,6 +209,8 @@ class Peers:
         """Remember `got`, received at `now` (wall time); the stale, and then the newest runs, are forgotten first."""
         if got.instance == self.instance:
             return
+        if self.max_keys is not None and len(got.up) + len(got.down) > self.max_keys:
+            return  # no gateway of this configuration says that much: a client's flood is kept to a bounded size
         run = self._heard.get(got.instance)
         if run is None:
             self._heard[got.instance] = Run(got, now, now, dict.fromkeys(got.up, now))

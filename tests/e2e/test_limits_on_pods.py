@@ -3,20 +3,26 @@
 `gateway.limits` / `gateway.subscriptions` (the chart's values, `MCPG_GATEWAY_LIMITS` / `MCPG_GATEWAY_SUBSCRIPTIONS`
 on the operator: `fixtures.OPERATOR_SETTINGS` sets non-default ones) are rendered into each namespace's gateway
 configuration. Each of the three pods publishes them in its server card, and one enforces them for a caller
-that reaches it through the Service, before any upstream read.
+that reaches it through the Service, before any upstream read. The connection deadlines hold on a pod too: a
+listen stream whose client stops reading is closed at the operator's `write_timeout_s`, and a client that
+pipelines past the bound is cut off.
 """
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import hashlib
 import json
+import socket
 from pathlib import Path
 from typing import Any
 
 import httpx2
 import yaml
 
-from mcpg_gateway import errors
+from mcpg_gateway import connections, errors
+from mcpg_testing import stuck
 from mcpg_testing.clients import refusal
 from mcpg_testing.controlplane import ControlPlane
 from mcpg_testing.fixtures import OPERATOR_SETTINGS
@@ -62,7 +68,8 @@ async def test_every_gateway_pod_publishes_and_enforces_the_limits_the_operator_
         for base in pods.values():
             card = (await http.get(f"{base}/.well-known/mcp/server-card.json")).json()["subscriptions"]
             assert card["subscribable_uri_templates"] == [TEMPLATE]
-            assert LIMITS.items() <= card["limits"].items()
+            published = {k: v for k, v in LIMITS.items() if k != "write_timeout_s"}  # a client has no use for it
+            assert published.items() <= card["limits"].items()
             assert SUBSCRIPTIONS.items() <= card["lease"].items()
     service = control_plane.service_url(namespace, "mcpg-gateway")
     too_many = [f"doc://{n}" for n in range(LIMITS["watches_per_principal"] + 1)]
@@ -72,3 +79,77 @@ async def test_every_gateway_pod_publishes_and_enforces_the_limits_the_operator_
         f"this request names {len(too_many)} URIs, and principal 'caller' may hold at most "
         f"{LIMITS['watches_per_principal']} watches; name fewer"
     )
+
+
+HOOK = "stalled://reports"
+DEADLINE_BOUND_S = 20.0
+"""Bound on a pod's buffers for a stream nobody reads filling (a few hundred notifications: 3.6 s measured), then
+the operator's 5 s deadline running out. Under the gateway's default of 30 s it could not pass: passing shows the
+operator's `write_timeout_s` reached the pod and holds there."""
+
+
+def webhook_manifests() -> list[dict[str, Any]]:
+    token = {
+        "apiVersion": "mcpg.dev/v1alpha1",
+        "kind": "WebhookToken",
+        "metadata": {"name": "stalled-token"},
+        "spec": {"secretRef": {"name": "stalled-webhook"}, "generate": True},
+    }
+    watch = {
+        "apiVersion": "mcpg.dev/v1alpha1",
+        "kind": "ResourceWatch",
+        "metadata": {"name": "stalled"},
+        "spec": {
+            "uri": HOOK,
+            "backend": {"http": {"url": "http://127.0.0.1:9/unused.json"}},
+            "watch": {"webhook": {"tokenRef": {"name": "stalled-token"}}},
+        },
+    }
+    return [manifests()[0], token, watch]
+
+
+def closed_for(metrics_text: str, reason: str) -> float:
+    key = f'mcpg_connections_closed_total{{port="public",reason="{reason}"}}'
+    return sum(float(line.rsplit(" ", 1)[1]) for line in metrics_text.splitlines() if line.startswith(key))
+
+
+async def pipelined_until_closed(port: int, requests: int) -> bytes:
+    """`requests` GET /healthz sent at once on one connection; every byte answered until the pod closes it."""
+    loop, sock = asyncio.get_running_loop(), socket.socket()
+    sock.setblocking(False)
+    received = b""
+    try:
+        async with asyncio.timeout(10):
+            await loop.sock_connect(sock, ("127.0.0.1", port))
+            await loop.sock_sendall(sock, b"GET /healthz HTTP/1.1\r\nhost: gw\r\n\r\n" * requests)
+            while data := await loop.sock_recv(sock, 65536):
+                received += data
+    finally:
+        sock.close()
+    return received
+
+
+async def test_a_pod_closes_a_stream_nobody_reads_at_the_operators_write_deadline_and_cuts_off_pipelining(
+    control_plane: ControlPlane, operator: Path, namespace: str
+) -> None:
+    apply(control_plane, namespace, *webhook_manifests())
+    control_plane.kubectl("-n", namespace, "wait", "--for=condition=Ready", "resourcewatch/stalled", "--timeout=150s")
+    control_plane.kubectl("-n", namespace, "rollout", "status", "deployment/mcpg-gateway", "--timeout=150s")
+    name, base = sorted(gateway_pods(control_plane, namespace).items())[0]
+    admin = gateway_pods(control_plane, namespace, port="9090")[name]
+    secret = json.loads(control_plane.kubectl("-n", namespace, "get", "secret", "stalled-webhook", "-o", "json").stdout)
+    hook = f"{base}/webhooks/resource-updated/{base64.b64decode(secret['data']['token']).decode()}"
+    port = int(base.rsplit(":", 1)[1])
+    sock = await stuck.listen_stream(port, HOOK, stuck.small_window(small_segments=True), HEADERS)
+    try:
+        async with httpx2.AsyncClient(timeout=10) as http, asyncio.timeout(DEADLINE_BOUND_S):
+            # Written to until its buffers are full; then nothing the pod writes moves, and the deadline runs out.
+            while closed_for((await http.get(f"{admin}/metrics")).text, "write_timeout") < 1:
+                for status in await asyncio.gather(*(http.post(hook) for _ in range(50))):
+                    assert status.status_code == 200
+    finally:
+        sock.close()
+    answers = (await pipelined_until_closed(port, connections.MAX_PIPELINED + 10)).count(b'{"ok":true}')
+    assert answers == connections.MAX_PIPELINED + 1  # then the connection was closed: `pipelining`
+    async with httpx2.AsyncClient(timeout=10) as http:
+        assert closed_for((await http.get(f"{admin}/metrics")).text, "pipelining") >= 1

@@ -31,8 +31,9 @@ OPERATOR_SETTINGS = {
     # Three replicas rolled one at a time: more interleavings for the rotation samples to cover.
     "MCPG_GATEWAY_REPLICAS": "3",
     # Not the gateway's defaults, so a test can tell they were rendered (`test_limits_on_pods.py`); looser than
-    # the defaults where another test might meet them.
-    "MCPG_GATEWAY_LIMITS": '{"watches_per_principal": 12, "listen_streams_per_principal": 96}',
+    # the defaults where another test might meet them. The write deadline is shorter, so a pod can be seen holding
+    # it within a test's bound: no test's client leaves its buffers full for seconds.
+    "MCPG_GATEWAY_LIMITS": '{"watches_per_principal": 12, "listen_streams_per_principal": 96, "write_timeout_s": 5}',
     "MCPG_GATEWAY_SUBSCRIPTIONS": '{"idle_after_s": 2400}',
     # Two operator replicas contend for the Lease, as the chart runs them; a short lease makes a killed leader's
     # successor take over within seconds (the chart keeps controller-runtime's 15 s).

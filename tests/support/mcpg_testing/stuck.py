@@ -19,10 +19,14 @@ HANDSHAKE, MODERN = "2025-11-25", "2026-07-28"
 MCP_HEADERS = "host: 127.0.0.1\r\naccept: application/json, text/event-stream\r\ncontent-type: application/json\r\n"
 
 
-def small_window() -> socket.socket:
-    """A non-blocking client socket with a 4 KiB receive buffer."""
+def small_window(small_segments: bool = False) -> socket.socket:
+    """A non-blocking client socket with a 4 KiB receive buffer; with `small_segments`, a 1,000-byte segment size
+    too, which keeps the gateway's side of the connection from growing its send buffer to megabytes on loopback
+    (so a few hundred notifications fill it, not tens of thousands)."""
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
+    if small_segments:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, 1000)
     sock.setblocking(False)
     return sock
 
@@ -42,8 +46,10 @@ async def started(sock: socket.socket, port: int, head: str, body: bytes, until:
     return sock
 
 
-async def listen_stream(port: int, uri: str, sock: socket.socket | None = None) -> socket.socket:
-    """A 2026-07-28 listen stream of `uri`, read up to its acknowledgement only."""
+async def listen_stream(
+    port: int, uri: str, sock: socket.socket | None = None, headers: dict[str, str] | None = None
+) -> socket.socket:
+    """A 2026-07-28 listen stream of `uri`, read up to its acknowledgement only; `headers` added (a bearer token)."""
     meta = {
         "io.modelcontextprotocol/protocolVersion": MODERN,
         "io.modelcontextprotocol/clientCapabilities": {},
@@ -51,7 +57,9 @@ async def listen_stream(port: int, uri: str, sock: socket.socket | None = None) 
     }
     params = {"notifications": {"resourceSubscriptions": [uri]}, "_meta": meta}
     body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen", "params": params}).encode()
-    head = f"POST /mcp HTTP/1.1\r\n{MCP_HEADERS}mcp-protocol-version: {MODERN}\r\nmcp-method: subscriptions/listen\r\n"
+    extra = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
+    era = f"mcp-protocol-version: {MODERN}\r\nmcp-method: subscriptions/listen\r\n"
+    head = f"POST /mcp HTTP/1.1\r\n{MCP_HEADERS}{extra}{era}"
     return await started(sock or small_window(), port, head, body, until=b"acknowledged")
 
 

@@ -260,6 +260,15 @@ def test_a_flood_of_made_up_gateways_is_bounded_and_evicts_itself_never_a_gatewa
     assert p.elsewhere([held("stock", up=False)], NOW + 1) == peers.Elsewhere("stock", "real")
 
 
+def test_a_report_naming_more_resources_than_the_configuration_has_is_ignored() -> None:
+    # Every replica runs the same configuration: a report naming more resources is a client's, kept out (256 such
+    # reports of 256 KiB each would otherwise hold some 350 MB of key sets).
+    p = peers.Peers("gw-0", RULES, max_keys=2)
+    p.heard(peer("flood", up={f"r{i}" for i in range(3)}), NOW)
+    p.heard(peer("real", up={"stock"}, down={"orders"}), NOW)
+    assert [h.report.instance for h in p.fresh(NOW)] == ["real"]
+
+
 # --- the report on the wire ------------------------------------------------------------------------------------
 
 

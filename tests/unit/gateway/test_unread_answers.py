@@ -17,8 +17,12 @@ from typing import Any
 import httpx2
 import pytest
 from prometheus_client import Counter
+from uvicorn.config import Config
+from uvicorn.server import ServerState
 
 from mcpg_gateway import connections
+from mcpg_gateway.contract.config import LimitsConfig
+from mcpg_gateway.metrics import Metrics
 from mcpg_testing import BOUND_S, stuck
 from mcpg_testing.configs import gateway_config, watched
 from mcpg_testing.gateways import GatewayFactory, RunningGateway
@@ -227,3 +231,94 @@ async def test_a_stream_whose_client_stops_reading_is_closed_at_the_write_deadli
         async with asyncio.timeout(BOUND_S):
             while await gw.gw.fire(HOOK, "webhook") != 0:  # the subscription ends as its stream's end is noticed
                 await asyncio.sleep(0.05)
+
+
+# --- a closing connection whose client never takes its last bytes ----------------------------------------------
+# Real sockets cannot put that state on order: whether the last bytes of an answer sit in asyncio's buffer (under
+# its high-water mark, so writing never paused) or in the kernel's depends on how far the kernel grew its send
+# buffer. So these drive the protocol itself, with a transport that holds what it was given.
+
+
+class HeldTransport(asyncio.Transport):
+    """A transport whose client takes nothing: what is written stays queued; `close` leaves it closing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.queued, self.closing = 0, False
+        self.aborted = asyncio.Event()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"sockname": ("127.0.0.1", 8080), "peername": ("127.0.0.1", 40000)}.get(name, default)
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.queued += len(data)
+
+    def get_write_buffer_size(self) -> int:
+        return self.queued
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def close(self) -> None:
+        self.closing = True
+
+    def abort(self) -> None:
+        self.closing = True
+        self.aborted.set()
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+def held_connection(guard: connections.Guard) -> tuple[connections.GuardedProtocol, HeldTransport]:
+    """A connection as the guarded socket hands it over: counted at accept, then its protocol started."""
+    assert guard.admit()
+    config = Config(app=lambda scope, receive, send: None, lifespan="off", log_config=None)
+    config.load()
+    protocol = connections.protocol_for(guard)(config, ServerState(), {})
+    transport = HeldTransport()
+    protocol.connection_made(transport)
+    return protocol, transport
+
+
+def guard_of(cap: int, write_timeout_s: float) -> tuple[connections.Guard, Metrics]:
+    metrics = Metrics()
+    limits = LimitsConfig(write_timeout_s=write_timeout_s)
+    return connections.Guard("public", cap, limits, metrics), metrics
+
+
+async def test_a_closing_connection_whose_client_never_takes_its_last_bytes_is_aborted_at_the_write_deadline() -> None:
+    guard, metrics = guard_of(CAP, WRITE_S / 10)
+    protocol, transport = held_connection(guard)
+    transport.write(b"x" * 1000)  # an answer's tail, under the high-water mark: writing never paused
+    protocol.shutdown()  # the server stops: uvicorn closes the idle connection, and asyncio waits for the bytes
+    async with asyncio.timeout(BOUND_S):
+        await transport.aborted.wait()
+    closed = metrics.registry.get_sample_value(
+        "mcpg_connections_closed_total", {"port": "public", "reason": "write_timeout"}
+    )
+    assert closed == 1
+
+
+async def test_a_closing_connection_with_bytes_left_waits_on_its_client_and_is_closed_first_at_the_cap() -> None:
+    guard, _ = guard_of(connections.MIN_CAP, 300)
+    held = [held_connection(guard) for _ in range(connections.MIN_CAP)]
+    for protocol, _ in held:
+        guard.busy(protocol)  # as if each had a request in flight
+    closing, transport = held[3]
+    transport.write(b"x" * 1000)
+    closing.shutdown()
+    assert guard.admit()  # a new connection at the cap: room is made by closing the one left waiting on its client
+    assert transport.aborted.is_set()
+    assert not any(t.aborted.is_set() for _, t in held if t is not transport)
+
+
+async def test_a_closing_connection_with_nothing_left_to_send_gets_no_write_deadline() -> None:
+    guard, _ = guard_of(CAP, WRITE_S / 10)
+    protocol, transport = held_connection(guard)
+    protocol.shutdown()
+    assert transport.closing
+    assert not protocol._write_deadline.armed  # asyncio releases it at once: nothing to wait for
