@@ -6,8 +6,10 @@ a configuration Secret never holds one. Two modes (`settings.BusSettings`):
 
 - `managed`: one NATS server (JetStream) in the operator's namespace serves every gateway namespace, each in its
   own NATS account. Accounts isolate subjects and JetStream entirely, so one tenant can neither read nor inject
-  another's fires or key-value entries. A namespace's password is generated once into its `mcpg-gateway-bus`
-  Secret; the server's configuration lists an account for every such Secret (`nats_config`).
+  another's fires or key-value entries. A namespace's password is derived from a key only the operator holds
+  (`account_password`), so no tenant can choose one: its `mcpg-gateway-bus` Secret is only the pods' copy, put
+  back if anyone edits it. The server's configuration lists an account for each namespace the operator serves
+  (`nats_config`), never for a Secret someone wrote, and is bounded in size (`fitting`).
 - `external`: the user's server, with the credentials Secret the user puts in each namespace. The subjects and
   the bucket then carry the namespace, so that a shared account does not mix namespaces.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -34,6 +37,8 @@ CREDENTIALS_LABEL = "mcpg.dev/bus-credentials"
 CREDENTIALS_SELECTOR = f"{CREDENTIALS_LABEL}=true"
 """Lists every namespace's bus credentials Secret, cluster-wide, and nothing else."""
 URL_ENV, USER_ENV, PASSWORD_ENV, INSTANCE_ENV = "MCPG_BUS_URL", "MCPG_BUS_USER", "MCPG_BUS_PASSWORD", "POD_NAME"
+DIGEST_ENV = "MCPG_BUS_CREDENTIALS_DIGEST"
+"""Managed: a digest of the password, so the pod template changes with it (the others read it at start only)."""
 CLIENT_PORT, MONITOR_PORT = 4222, 8222
 CONFIG_DIR, DATA_DIR, RUN_DIR = "/etc/nats", "/data", "/var/run/nats"
 PID_FILE = f"{RUN_DIR}/nats.pid"
@@ -65,8 +70,14 @@ BUCKET_MAX = 64
 """The gateway's limit on a bucket name."""
 
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-_PASSWORD = re.compile(r"[A-Za-z0-9_-]{16,}")
-"""URL-safe tokens, as generated: nothing that could end a quoted string in nats.conf or start a `$` variable."""
+_PASSWORD = re.compile(r"[A-Za-z0-9_-]{16,128}")
+"""URL-safe tokens, as derived: nothing that could end a quoted string in nats.conf or start a `$` variable."""
+KEY_SECRET, KEY_KEY = "mcpg-bus-key", "key"
+"""In the bus namespace: the key every namespace's password is derived from. Tenants cannot read or write it."""
+KEY_BYTES = 32
+MAX_CONFIG_BYTES = 512 * 1024
+"""nats.conf's bound: a Secret holds at most 1 MiB, its data base64-encoded (4/3), beside its metadata. Each
+account takes about 300 bytes, so this is room for about 1,700 gateway namespaces."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +92,8 @@ class Wiring:
     bucket: str
     managed: bool
     """The operator generates the credentials Secret and runs the server."""
+    password: str | None = None
+    """Managed: the namespace's account password (`account_password`), once the pass has derived it."""
 
 
 def wiring(bus: BusSettings | None, namespace: str, replicas: int) -> Wiring | None:
@@ -109,6 +122,21 @@ def external_bucket(namespace: str) -> str:
         return bucket
     digest = hashlib.sha256(namespace.encode()).hexdigest()[:16]
     return f"{bucket[: BUCKET_MAX - len(digest) - 1]}-{digest}"
+
+
+def account_password(key: bytes, namespace: str) -> str:
+    """A gateway namespace's account password: HMAC-SHA256 of its name under the operator's key, URL-safe.
+
+    Derived, not stored: the server's accounts and each namespace's Secret agree without either being read
+    back from where a tenant could write, and an operator restarted elsewhere derives the same.
+    """
+    digest = hmac.new(key, namespace.encode(), hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
+def credentials_digest(password: str) -> str:
+    """A short digest of a password, for the pod template: a new password rolls the pods that read it at start."""
+    return hashlib.sha256(password.encode()).hexdigest()[:16]
 
 
 def account_user(namespace: str) -> str:
@@ -146,11 +174,13 @@ def pod_env(w: Wiring | None) -> list[dict[str, Any]]:
     def key(name: str) -> dict[str, Any]:
         return {"secretKeyRef": {"name": w.credentials, "key": name}}
 
+    digest = [{"name": DIGEST_ENV, "value": credentials_digest(w.password)}] if w.password else []
     return [
         {"name": URL_ENV, "value": w.url},
         {"name": USER_ENV, "valueFrom": key(USER_KEY)},
         {"name": PASSWORD_ENV, "valueFrom": key(PASSWORD_KEY)},
         {"name": INSTANCE_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        *digest,
     ]
 
 
@@ -162,7 +192,8 @@ def credentials_secret(namespace: str, password: str, owners: list[dict[str, Any
         "metadata": {
             "name": CREDENTIALS_SECRET,
             "namespace": namespace,
-            "labels": {**objects.MANAGED, **objects.SELECTOR, CREDENTIALS_LABEL: "true"},
+            # Watched: an edit of the pods' copy is seen at once, and put back.
+            "labels": {**objects.MANAGED, **objects.SELECTOR, CREDENTIALS_LABEL: "true", objects.WATCHED_LABEL: "true"},
             "ownerReferences": owners,
         },
         "type": "Opaque",
@@ -176,6 +207,30 @@ def credentials_secret(namespace: str, password: str, owners: list[dict[str, Any
 def usable_password(password: str | None) -> bool:
     """Whether a password can be written into nats.conf as it is (what the operator generates always can)."""
     return password is not None and _PASSWORD.fullmatch(password) is not None
+
+
+def fitting(passwords: Mapping[str, str], present: frozenset[str]) -> tuple[dict[str, str], list[str]]:
+    """The accounts that fit in `MAX_CONFIG_BYTES`, and the namespaces left out. Pure.
+
+    Those the live configuration already lists (`present`) come first, so a namespace that joins when the
+    configuration is full waits, and nobody already on the bus is dropped for it.
+    """
+    kept: dict[str, str] = {}
+    size = empty = len(nats_config({}))
+    for namespace in sorted(passwords, key=lambda ns: (ns not in present, ns)):
+        password = passwords[namespace]
+        if not (_NAMESPACE.fullmatch(namespace) and usable_password(password)):
+            continue  # never derived so: left out alone, and the others are rendered
+        entry = len(nats_config({namespace: password})) - empty
+        if size + entry > MAX_CONFIG_BYTES:
+            continue
+        kept[namespace], size = password, size + entry
+    return kept, sorted(set(passwords) - set(kept))
+
+
+def listed_accounts(config: str) -> frozenset[str]:
+    """The gateway namespaces a rendered nats.conf holds an account for (`nats_config`'s own format)."""
+    return frozenset(re.findall(rf'^  "{SHARED}-([a-z0-9-]+)": \{{$', config, re.MULTILINE))
 
 
 def nats_config(passwords: Mapping[str, str]) -> str:

@@ -1,10 +1,16 @@
-"""The managed bus, cluster-wide: one NATS server whose accounts are the gateway namespaces' bus credentials.
+"""The managed bus, cluster-wide: one NATS server with an account for each gateway namespace the operator serves.
 
-Read every namespace's `mcpg-gateway-bus` Secret (by label, cluster-wide or in each watched namespace) and the
-server's objects, decide (pure) which objects to apply or delete, write the difference. Run by a scheduler of its
-own, under one key (so never two runs at once, and a burst of requests becomes one run): after a namespace pass
-created or removed its bus Secret, when a bus Secret changes, at start and on every resync. A run that finds
-everything as decided writes nothing. With no account at all the server is removed, not run open to anyone.
+Which namespaces: those with a ResourceWatch (so a gateway) whose replicas share the managed bus, as their
+McpGateway shapes them (`gateway_settings.shape`), plus those whose operator-made credentials Secret is still
+there after they stopped (a rollout to one replica has not finished: the old pods still use the bus). Nothing a
+tenant writes adds an account or chooses its password: passwords are derived from the operator's key
+(`bus_key`), and a Secret alone, without a served namespace, counts for nothing. The configuration is bounded
+(`bus.fitting`): past its bound, a namespace that joins waits and is logged, and none already listed is dropped.
+
+Read, decide (pure) which objects to apply or delete, write the difference. Run by a scheduler of its own, under
+one key (so never two runs at once, and a burst of requests becomes one run): after a namespace pass created or
+removed its bus Secret, when a bus Secret changes, at start and on every resync. A run that finds everything as
+decided writes nothing. With no account at all the server is removed, not run open to anyone.
 
 When the operator runs no server (gateway replicas 1, or an external bus: `bus.runs_server`), one it ran before
 is left over, its configuration still holding every namespace's password. `remove_leftovers` deletes it once, at
@@ -18,11 +24,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mcpg_operator import bus, objects, observed, write
+from mcpg_operator import bus, gateway_settings, objects, observed, write
 from mcpg_operator import writes as w
+from mcpg_operator.bus_key import BusKey
 from mcpg_operator.kube import Client, Refused, ns_path
+from mcpg_operator.models import GROUP
 from mcpg_operator.reconcile import Outcome
-from mcpg_operator.settings import BusSettings
+from mcpg_operator.settings import BusSettings, GatewayDefaults
 
 logger = logging.getLogger(__name__)
 
@@ -42,25 +50,68 @@ BY_HAND = (
 
 @dataclass(frozen=True, slots=True)
 class Found:
-    """What a run reads: each gateway namespace's bus password, and the server's objects as they are."""
+    """What a run reads: each served gateway namespace's password, and the server's objects as they are."""
 
     passwords: dict[str, str]
     live: dict[w.Ref, observed.Applied | None]
 
 
-async def reconcile(kube: Client, settings: BusSettings, watch_namespaces: Sequence[str] = ()) -> Outcome:
-    """One run; `watch_namespaces`: where bus Secrets may be (empty: every namespace, listed cluster-wide)."""
-    found = await read(kube, settings.namespace, watch_namespaces)
+async def reconcile(
+    kube: Client,
+    settings: BusSettings,
+    watch_namespaces: Sequence[str] = (),
+    defaults: GatewayDefaults | None = None,
+    key: BusKey | None = None,
+) -> Outcome:
+    """One run; `watch_namespaces`: where gateways may be (empty: every namespace, listed cluster-wide);
+    `defaults`: the gateways' settings before a namespace's McpGateway (None: the operator's defaults)."""
+    key = key or BusKey(kube, settings.namespace)
+    served = await accounts(kube, settings, watch_namespaces, defaults or GatewayDefaults())
+    live = await read_server(kube, settings.namespace)
+    found = Found(
+        {ns: await key.password(ns) for ns in served},
+        {ref: observed.Applied(obj) if obj else None for ref, obj in live.items()},
+    )
     await write.execute(kube, settings.namespace, decide(found, settings))
     return Outcome()
 
 
-async def read(kube: Client, namespace: str, watch_namespaces: Sequence[str]) -> Found:
+async def accounts(
+    kube: Client, settings: BusSettings, watch_namespaces: Sequence[str], defaults: GatewayDefaults
+) -> list[str]:
+    """The gateway namespaces that get an account: served, and on the managed bus (or still leaving it)."""
+    watched = _namespaces(await _list(kube, "resourcewatches", watch_namespaces))
+    gateways = {g["metadata"]["namespace"]: g for g in await _list(kube, gateway_settings.PLURAL, watch_namespaces)}
+    out = []
+    for namespace in sorted(watched):
+        if _on_bus(namespace, gateways.get(namespace), defaults, settings) or await _leaving(kube, namespace):
+            out.append(namespace)
+    return out
+
+
+async def _list(kube: Client, plural: str, watch_namespaces: Sequence[str]) -> list[dict[str, Any]]:
     # The operator's RBAC is cluster-wide exactly when it watches every namespace.
-    paths = [ns_path(ns, "secrets") for ns in watch_namespaces] or ["/api/v1/secrets"]
-    listed = [s for path in paths for s in await kube.list(path, bus.CREDENTIALS_SELECTOR)]
-    live = await read_server(kube, namespace)
-    return Found(passwords(listed), {ref: observed.Applied(obj) if obj else None for ref, obj in live.items()})
+    paths = [ns_path(ns, plural, group=GROUP) for ns in watch_namespaces] or [f"/apis/{GROUP}/v1alpha1/{plural}"]
+    return [item for path in paths for item in await kube.list(path)]
+
+
+def _namespaces(items: Iterable[Mapping[str, Any]]) -> set[str]:
+    return {i["metadata"]["namespace"] for i in items if not i["metadata"].get("deletionTimestamp")}
+
+
+def _on_bus(namespace: str, found: Mapping[str, Any] | None, defaults: GatewayDefaults, settings: BusSettings) -> bool:
+    """Whether the namespace's gateway replicas share the managed bus, as its McpGateway shapes them."""
+    view = observed.mcp_gateway_view(found) if found and not found["metadata"].get("deletionTimestamp") else None
+    wiring = bus.wiring(settings, namespace, gateway_settings.shape(view, defaults, settings).defaults.replicas)
+    return wiring is not None and wiring.managed
+
+
+async def _leaving(kube: Client, namespace: str) -> bool:
+    """The namespace still holds the credentials Secret the operator made: its pass removes it once no pod
+    uses the bus any more, and until then the old pods keep their account."""
+    secret = await kube.get(ns_path(namespace, "secrets", bus.CREDENTIALS_SECRET))
+    labels = (secret or {}).get("metadata", {}).get("labels") or {}
+    return secret is not None and labels.get(bus.CREDENTIALS_LABEL) == "true"
 
 
 async def read_server(kube: Client, namespace: str) -> dict[w.Ref, dict[str, Any] | None]:
@@ -68,44 +119,35 @@ async def read_server(kube: Client, namespace: str) -> dict[w.Ref, dict[str, Any
     return {ref: await kube.get(ns_path(namespace, ref.plural, ref.name, ref.group)) for ref in REFS}
 
 
-def passwords(secrets: Iterable[Mapping[str, Any]]) -> dict[str, str]:
-    """Gateway namespace -> its bus password, from the listed credentials Secrets. Pure.
-
-    Only the Secret of the expected name counts, so a tenant's other labelled Secrets add nothing; one whose
-    password could not be written into nats.conf safely is left out (its gateways cannot join) and logged by
-    namespace, never with the value.
-    """
-    out: dict[str, str] = {}
-    for secret in secrets:
-        meta = secret["metadata"]
-        if meta.get("name") != bus.CREDENTIALS_SECRET or meta.get("deletionTimestamp"):
-            continue
-        password = observed.decode(secret).get(bus.PASSWORD_KEY)
-        if password is not None and bus.usable_password(password):
-            out[meta["namespace"]] = password
-        else:
-            logger.warning(
-                "the bus Secret %s in namespace %s has no usable password (a URL-safe token of 16 or more "
-                "characters): that namespace gets no account on the bus",
-                bus.CREDENTIALS_SECRET,
-                meta["namespace"],
-            )
-    return out
-
-
 def decide(found: Found, settings: BusSettings) -> list[w.Write]:
-    """The writes that make the server match the accounts. Pure."""
-    if not found.passwords:  # no account: a server without users would let anyone in
+    """The writes that make the server match the accounts, within the configuration's bound. Pure."""
+    passwords, left_out = bus.fitting(found.passwords, _listed(found.live[REFS[0]]))
+    if left_out:
+        logger.error(
+            "managed bus: %d gateway namespace(s) get no account, the configuration being full (%d bytes at "
+            "most): %s. Their gateway replicas run without sharing events until some namespace leaves the bus",
+            len(left_out),
+            bus.MAX_CONFIG_BYTES,
+            ", ".join(left_out[:20]),
+        )
+    if not passwords:  # no account: a server without users would let anyone in
         return [w.DeleteObject(ref) for ref in reversed(REFS) if found.live[ref] is not None]
-    desired = bus.managed_objects(settings.namespace, settings.image, found.passwords)
+    desired = bus.managed_objects(settings.namespace, settings.image, passwords)
     out: list[w.Write] = []
     for ref, body in zip(REFS, desired, strict=True):
         live = found.live[ref]
         if live is None or not live.covers(body):
             out.append(w.ApplyObject(w.Stage.GATEWAY, ref, body))
     if out:
-        logger.info("managed bus: applying %d object(s) for %d gateway namespace(s)", len(out), len(found.passwords))
+        logger.info("managed bus: applying %d object(s) for %d gateway namespace(s)", len(out), len(passwords))
     return out
+
+
+def _listed(config: observed.Applied | None) -> frozenset[str]:
+    """The namespaces the live configuration lists, so they keep their place when it is full."""
+    encoded = config.at("data", bus.CONFIG_KEY) if config is not None else None
+    text = observed.decode({"data": {bus.CONFIG_KEY: encoded}}).get(bus.CONFIG_KEY) if encoded else None
+    return bus.listed_accounts(text) if text else frozenset()
 
 
 # --- a server left over ----------------------------------------------------------------------------------------

@@ -8,12 +8,14 @@ so running it twice in a row changes nothing the second time.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from mcpg_operator import bus, decision, gateway_settings, metrics, read, write
+from mcpg_operator.bus_key import BusKey
 from mcpg_operator.kube import Client
 from mcpg_operator.settings import BusSettings, GatewayDefaults
 from mcpg_operator.writes import Write
@@ -45,12 +47,16 @@ async def reconcile(
     clock: Callable[[], float] = time.time,
     token: Callable[[], str] = new_token,
     bus_settings: BusSettings | None = None,
+    bus_key: BusKey | None = None,
 ) -> Outcome:
-    """One pass over `namespace`. `bus_settings`: where a bus comes from (None: gateway replicas never share one)."""
+    """One pass over `namespace`. `bus_settings`: where a bus comes from (None: gateway replicas never share one);
+    `bus_key`: what a managed bus's passwords are derived from (None: read from the bus namespace on this pass)."""
     snapshot = await read.read(kube, namespace)
     now = clock()
     shaped = gateway_settings.shape(snapshot.mcp_gateway, defaults, bus_settings)  # the namespace's McpGateway
-    wiring = bus.wiring(bus_settings, namespace, shaped.defaults.replicas)
+    wiring = await _with_password(
+        kube, bus.wiring(bus_settings, namespace, shaped.defaults.replicas), bus_settings, bus_key, namespace
+    )
     decided = decision.decide(snapshot, shaped.defaults, now, token, wiring, shaped)
     try:
         refusals = await write.execute(kube, namespace, decided.writes, describe_failure=True)
@@ -68,6 +74,16 @@ async def reconcile(
         facts=metrics.facts(snapshot, decided),
         bus_account=decided.bus_account,
     )
+
+
+async def _with_password(
+    kube: Client, wiring: bus.Wiring | None, settings: BusSettings | None, key: BusKey | None, namespace: str
+) -> bus.Wiring | None:
+    """A managed bus's wiring with the namespace's derived password; any other as it is."""
+    if wiring is None or not wiring.managed or settings is None:
+        return wiring
+    key = key or BusKey(kube, settings.namespace)
+    return dataclasses.replace(wiring, password=await key.password(namespace))
 
 
 async def _report(kube: Client, namespace: str, todo: tuple[Write, ...]) -> None:

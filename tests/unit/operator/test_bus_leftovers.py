@@ -18,6 +18,7 @@ from mcpg_operator.settings import BusSettings, GatewayDefaults, OperatorSetting
 from mcpg_testing.fake_kube import FakeKube
 from mcpg_testing.namespace import Clock, resourcewatch
 
+BUS_NS_SECRETS = "/api/v1/namespaces/mcpg-system/secrets"
 BUS_NS = "mcpg-system"
 MANAGED = BusSettings(namespace=BUS_NS)
 EXTERNAL = BusSettings("external", BUS_NS, url="nats://nats.example:4222", credentials_secret="nats-creds")
@@ -55,13 +56,12 @@ def password(n: int) -> str:
 
 async def left_over_server(kube: FakeKube, namespaces: tuple[str, ...] = ("shop", "mail")) -> list[str]:
     """What an operator with three gateway replicas and a managed bus left: a server holding these passwords."""
-    given = [password(n) for n in range(len(namespaces))]
-    for namespace, value in zip(namespaces, given, strict=True):
+    for namespace in namespaces:
         kube.put({**resourcewatch(), "metadata": {"name": "hook", "namespace": namespace}})
-        await reconcile.reconcile(kube, namespace, THREE, Clock(), constant(value), bus_settings=MANAGED)
+        await reconcile.reconcile(kube, namespace, THREE, Clock(), bus_settings=MANAGED)
     await bus_reconcile.reconcile(kube, MANAGED)
     assert all(path in kube.objects for path in SERVER.values())
-    return given
+    return [kube.secret_value(ns, bus.CREDENTIALS_SECRET, bus.PASSWORD_KEY) or "" for ns in namespaces]
 
 
 async def start(kube: FakeKube, settings: OperatorSettings) -> kopf.Memo:
@@ -146,7 +146,8 @@ async def test_a_start_without_a_server_in_use_removes_the_one_left_over_and_the
     kube.writes.clear()
     memo = await start(kube, config(replicas, settings))
     assert [(c.method, c.path) for c in kube.writes] == [("delete", path) for path in SERVER.values()]
-    assert not [path for path in kube.objects if f"/namespaces/{BUS_NS}/" in path]
+    # The key stays: if the bus is used again, every namespace gets the password its Secret still holds.
+    assert [p for p in kube.objects if f"/namespaces/{BUS_NS}/" in p] == [f"{BUS_NS_SECRETS}/{bus.KEY_SECRET}"]
     # Each namespace's own credentials are its passes' to remove, once its gateway runs without them.
     assert kube.secret_value("shop", bus.CREDENTIALS_SECRET, bus.PASSWORD_KEY) == given[0]
     assert f"removed the managed bus left over in namespace {BUS_NS}" in caplog.text

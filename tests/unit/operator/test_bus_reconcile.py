@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from mcpg_operator import bus, bus_reconcile, handlers, objects, observed, reconcile
+from mcpg_operator.bus_key import BusKey, UnusableKey
 from mcpg_operator.scheduler import Scheduler
 from mcpg_operator.settings import BusSettings, GatewayDefaults, OperatorSettings
 from mcpg_testing.fake_kube import FakeKube
@@ -55,6 +56,12 @@ def password(kube: FakeKube, namespace: str = "shop") -> str | None:
     return kube.secret_value(namespace, CREDENTIALS, "password")
 
 
+def derived(kube: FakeKube, namespace: str = "shop") -> str:
+    """The password the operator's key derives for `namespace` (the key as the bus namespace holds it)."""
+    key = kube.objects[f"/api/v1/namespaces/{BUS_NS}/secrets/{bus.KEY_SECRET}"]["data"][bus.KEY_KEY]
+    return bus.account_password(base64.b64decode(key), namespace)
+
+
 def nats_conf(kube: FakeKube) -> str | None:
     return kube.secret_value(BUS_NS, bus.CONFIG_SECRET, bus.CONFIG_KEY)
 
@@ -73,7 +80,8 @@ async def test_a_namespaces_first_pass_with_three_replicas_creates_its_bus_secre
     tokens = Passwords()
     first = await run(kube, token=tokens)
     assert first.bus_account
-    assert password(kube) == tokens.given[-1]
+    assert password(kube) == derived(kube)
+    assert tokens.given == []  # derived from the operator's key, not generated per namespace
     assert kube.secret_value("shop", CREDENTIALS, "user") == "mcpg-shop"
     kept = password(kube)
     kube.writes.clear()
@@ -167,13 +175,55 @@ async def test_an_external_bus_needs_no_secret_of_ours(kube: FakeKube) -> None:
     assert (block["subject_prefix"], block["bucket"]) == ("mcpg.shop", "mcpg-shop")
 
 
-async def test_a_users_secret_of_the_same_name_is_never_touched(kube: FakeKube) -> None:
-    kube.set_secret("shop", CREDENTIALS, user="me", password="mine")
+@pytest.mark.parametrize(
+    "written",
+    [{"user": "me", "password": "mine"}, {"user": "mcpg-shop", "password": "p" * 1_048_000}],
+    ids=["unlabelled", "labelled, a megabyte"],
+)
+async def test_a_secret_of_the_credentials_name_that_the_operator_did_not_write_is_replaced(
+    kube: FakeKube, written: dict[str, str]
+) -> None:
+    labels = {bus.CREDENTIALS_LABEL: "true"} if len(written["password"]) > 100 else {}
+    kube.set_secret("shop", CREDENTIALS, **written)
+    kube.objects[f"/api/v1/namespaces/shop/secrets/{CREDENTIALS}"]["metadata"]["labels"] = labels
     kube.put(resourcewatch())
     await run(kube)
-    await run(kube, defaults=ONE)
+    assert password(kube) == derived(kube)
+    assert kube.secret_value("shop", CREDENTIALS, "user") == "mcpg-shop"
+    kube.writes.clear()
+    await run(kube)
+    assert writes_to(kube, f"/secrets/{CREDENTIALS}") == []  # as made: left alone
+
+
+async def test_an_unlabelled_secret_of_that_name_is_never_deleted_when_the_bus_is_not_used(kube: FakeKube) -> None:
+    kube.set_secret("shop", CREDENTIALS, user="me", password="mine")
+    kube.put(resourcewatch())
+    for _ in range(2):
+        await run(kube, defaults=ONE)
+        kube.complete_rollout("shop")
     assert password(kube) == "mine"
     assert writes_to(kube, f"/secrets/{CREDENTIALS}") == []
+
+
+async def test_the_password_is_the_same_for_every_pass_and_process_and_rolls_the_pods_when_it_changes(
+    kube: FakeKube,
+) -> None:
+    kube.put(resourcewatch())
+    await run(kube)
+    first = derived(kube)
+    kube.complete_rollout("shop")
+    assert await BusKey(kube, BUS_NS).password("shop") == first  # another process reads the same key
+    template = kube.deployment("shop")["spec"]["template"]  # type: ignore[index]
+    kube.remove(f"/api/v1/namespaces/{BUS_NS}/secrets/{bus.KEY_SECRET}")  # an administrator's new key
+    await run(kube)
+    assert password(kube) == derived(kube) != first
+    assert kube.deployment("shop")["spec"]["template"] != template  # type: ignore[index]
+
+
+async def test_a_bus_key_secret_without_a_usable_key_is_refused_naming_it(kube: FakeKube) -> None:
+    kube.set_secret(BUS_NS, bus.KEY_SECRET, key="short")
+    with pytest.raises(UnusableKey, match=f"the Secret {bus.KEY_SECRET} in namespace {BUS_NS} holds no usable key"):
+        await BusKey(kube, BUS_NS).key()
 
 
 # --- the managed server ----------------------------------------------------------------------------------------
@@ -187,7 +237,7 @@ async def test_the_managed_server_lists_the_namespaces_account_and_a_second_run_
     await bus_reconcile.reconcile(kube, MANAGED)
     conf = nats_conf(kube)
     assert conf is not None
-    assert f'{{user: "mcpg-shop", password: "{password(kube)}"}}' in conf
+    assert f'{{user: "mcpg-shop", password: "{derived(kube)}"}}' in conf
     kube.writes.clear()
     await bus_reconcile.reconcile(kube, MANAGED)
     assert kube.writes == []
@@ -209,15 +259,31 @@ async def test_without_any_account_the_server_is_removed_and_then_nothing_is_wri
     kube.put(resourcewatch())
     await run(kube)
     await bus_reconcile.reconcile(kube, MANAGED)
-    kube.remove(f"/api/v1/namespaces/shop/secrets/{CREDENTIALS}")
+    kube.remove(f"/apis/mcpg.dev/v1alpha1/namespaces/shop/resourcewatches/{resourcewatch()['metadata']['name']}")
     await bus_reconcile.reconcile(kube, MANAGED)
-    assert not [path for path in kube.objects if f"/namespaces/{BUS_NS}/" in path]
+    assert not [p for p in kube.objects if f"/namespaces/{BUS_NS}/" in p and bus.KEY_SECRET not in p]
     kube.writes.clear()
     await bus_reconcile.reconcile(kube, MANAGED)
     assert kube.writes == []
 
 
-async def test_a_namespace_whose_password_was_tampered_with_gets_no_account_and_the_value_is_not_logged(
+async def test_an_account_exists_only_for_a_namespace_the_operator_serves_not_for_a_secret_a_tenant_wrote(
+    kube: FakeKube,
+) -> None:
+    kube.put(resourcewatch())
+    await run(kube)
+    kube.set_secret("evil", CREDENTIALS, user="mcpg-evil", password="p" * 1_048_000)
+    kube.objects[f"/api/v1/namespaces/evil/secrets/{CREDENTIALS}"]["metadata"]["labels"] = {
+        bus.CREDENTIALS_LABEL: "true"
+    }
+    await bus_reconcile.reconcile(kube, MANAGED)
+    conf = nats_conf(kube) or ""
+    assert f'{{user: "mcpg-shop", password: "{derived(kube)}"}}' in conf
+    assert '"mcpg-evil"' not in conf
+    assert len(conf) < 1000
+
+
+async def test_a_namespace_whose_secret_was_tampered_with_keeps_its_derived_account_and_gets_its_secret_back(
     kube: FakeKube, caplog: pytest.LogCaptureFixture
 ) -> None:
     for namespace in ("shop", "mail"):
@@ -226,16 +292,61 @@ async def test_a_namespace_whose_password_was_tampered_with_gets_no_account_and_
     evil = 'x" } "mcpg-shop": { users: [{user: "a", password: "b"}] } #'
     secret = kube.objects[f"/api/v1/namespaces/mail/secrets/{CREDENTIALS}"]
     secret["data"]["password"] = base64.b64encode(evil.encode()).decode()
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.DEBUG):
         await bus_reconcile.reconcile(kube, MANAGED)
+        await run(kube, "mail")
     conf = nats_conf(kube) or ""
-    assert '"mcpg-shop"' in conf
-    assert '"mcpg-mail"' not in conf
-    assert "namespace mail" in caplog.text
+    assert f'{{user: "mcpg-mail", password: "{derived(kube, "mail")}"}}' in conf
+    assert conf.count('user: "mcpg-shop"') == 1
+    assert password(kube, "mail") == derived(kube, "mail")
     assert evil not in caplog.text
 
 
-async def test_watching_listed_namespaces_reads_bus_secrets_only_there(kube: FakeKube) -> None:
+async def test_a_deleted_namespaces_account_goes_and_the_others_stay(kube: FakeKube) -> None:
+    for namespace in ("shop", "mail"):
+        kube.put(in_ns(namespace, resourcewatch()))
+        await run(kube, namespace)
+    await bus_reconcile.reconcile(kube, MANAGED)
+    for path in [p for p in kube.objects if "/namespaces/mail/" in p]:  # the namespace and all in it
+        kube.remove(path)
+    await bus_reconcile.reconcile(kube, MANAGED)
+    conf = nats_conf(kube) or ""
+    assert ('"mcpg-shop"' in conf, '"mcpg-mail"' in conf) == (True, False)
+
+
+async def test_a_namespace_moving_to_one_replica_keeps_its_account_until_its_pods_run_without_the_bus(
+    kube: FakeKube,
+) -> None:
+    kube.put(resourcewatch())
+    await run(kube)
+    kube.complete_rollout("shop")
+    await run(kube, defaults=ONE)  # the new template is applied; the old pods still use the bus
+    await bus_reconcile.reconcile(kube, MANAGED, defaults=ONE)
+    assert '"mcpg-shop"' in (nats_conf(kube) or "")
+    kube.complete_rollout("shop")
+    await run(kube, defaults=ONE)
+    await bus_reconcile.reconcile(kube, MANAGED, defaults=ONE)
+    assert nats_conf(kube) is None
+
+
+async def test_the_rendered_configuration_stays_within_its_bound_and_keeps_the_namespaces_it_lists() -> None:
+    passwords = {f"ns-{i:05d}": "p" * 43 for i in range(3000)}
+    first, left_out = bus.fitting(passwords, frozenset())
+    assert len(bus.nats_config(first)) <= bus.MAX_CONFIG_BYTES
+    assert left_out
+    assert len(first) + len(left_out) == 3000
+    joined = {"a-new-one": "q" * 43, **passwords}
+    again, left_out = bus.fitting(joined, bus.listed_accounts(bus.nats_config(first)))
+    assert again == first  # full: the newcomer waits, nobody listed is dropped
+    assert "a-new-one" in left_out
+
+
+def test_an_entry_that_cannot_be_written_safely_leaves_that_namespace_out_and_the_others_in() -> None:
+    kept, left_out = bus.fitting({"shop": "p" * 43, "mail": 'x"}', "Bad_NS": "p" * 43}, frozenset())
+    assert (list(kept), left_out) == (["shop"], ["Bad_NS", "mail"])
+
+
+async def test_watching_listed_namespaces_serves_accounts_only_there(kube: FakeKube) -> None:
     for namespace in ("shop", "mail"):
         kube.put(in_ns(namespace, resourcewatch()))
         await run(kube, namespace)
