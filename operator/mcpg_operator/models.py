@@ -418,8 +418,8 @@ class ResourceWatchStatus(_Status):
     uri: str | None = Field(default=None, examples=["drive://folder/reports"])
     """The URI (or URI template) served."""
     config_hash: str | None = None
-    """The first 16 hex digits of the SHA-256 of the gateway configuration serving this watch; unset while not
-    served."""
+    """The first 16 hex digits of the SHA-256 of this watch's entry in the gateway configuration: it changes when
+    this watch's serving does, not when another watch is edited; unset while not served."""
     gateway: GatewayAddress | None = None
     """Where the namespace's gateway is reached; set while the watch is served."""
     webhook_path: str | None = Field(

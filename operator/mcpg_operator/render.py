@@ -246,6 +246,12 @@ def tokens_by_entry(config: Mapping[str, Any]) -> dict[str, frozenset[str]]:
     return {entry["name"]: frozenset(_tokens_of(entry)) for kind in capabilities.values() for entry in kind}
 
 
+def entry_hashes(config: Mapping[str, Any]) -> dict[str, str]:
+    """Resource name -> the hash of its entry: what a watch's own serving depends on, apart from the others'."""
+    capabilities = config["mcp"]["capabilities"]
+    return {entry["name"]: config_hash(entry) for kind in capabilities.values() for entry in kind}
+
+
 def parse_config(text: str | None) -> dict[str, Any] | None:
     """A configuration as read back from its Secret; None if it is gone or not one the operator wrote."""
     try:

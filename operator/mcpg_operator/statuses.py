@@ -56,14 +56,16 @@ WEBHOOK_PATH = "/webhooks/resource-updated/{token}"
 def watch_status(
     rw: observed.Watch,
     verdict: render.Verdict,
-    config_hash: str,
+    entry_hash: str,
     rolled_out: bool,
     now: float,
     rollout_stalled: Stalled = None,
     gateway: Gateway | None = None,
     token_secret: str | None = None,
 ) -> dict[str, Any]:
-    """`token_secret`: `name/key` of the Secret holding a webhook watch's token, where its senders find it."""
+    """`entry_hash`: of the watch's own entry in the configuration; `rolled_out`: every available pod serves
+    that entry (another watch's rollout leaves this status as it is, so a pass patches only what changed);
+    `token_secret`: `name/key` of the Secret holding a webhook watch's token, where its senders find it."""
     gen = rw.id.generation
     conds = list(rw.status.get("conditions", []))
     ready = verdict.served and rolled_out
@@ -87,7 +89,7 @@ def watch_status(
         "conditions": conds,
         "strategy": verdict.strategy,
         "uri": verdict.uri,
-        "configHash": config_hash[:16] if verdict.served else None,
+        "configHash": entry_hash[:16] if verdict.served else None,
         "gateway": gateway.address() if gateway is not None and verdict.served else None,
         "webhookPath": WEBHOOK_PATH if webhook else None,
         "webhookTokenSecret": token_secret if webhook else None,
