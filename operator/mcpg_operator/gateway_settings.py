@@ -4,13 +4,15 @@
 `mcpg-gateway`, at most one) overrides some of that for its own gateway: replicas, the Service, the container's
 resources, and an opt-in PodDisruptionBudget and NetworkPolicy. `shape` overlays it, and everything that renders
 the namespace's gateway reads the overlaid `GatewayDefaults`, so an unset field is exactly the operator's default.
-A spec that cannot be used is refused whole (`InvalidSpec`, naming the field): the namespace keeps the defaults,
-rather than running half of what was asked.
+The operator writes those objects with its own rights, for tenants who may hold none of them, so an McpGateway
+gets exactly what the admin's bounds allow (`GatewayBounds`: replicas, requests and limits, Service types,
+annotation keys, chosen node ports), and never a disruption budget that lets no pod be evicted. A spec that cannot
+be used or is outside the bounds is refused whole (`InvalidSpec`, naming the field and the bound), before anything
+is rendered: the namespace keeps the defaults, rather than running half of what was asked.
 """
 
 from __future__ import annotations
 
-import decimal
 import re
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
@@ -18,31 +20,42 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
-from mcpg_operator import bus, models, objects, observed
+from mcpg_operator import bus, models, objects, observed, quantities
 from mcpg_operator import conditions as c
-from mcpg_operator.settings import BusSettings, GatewayDefaults
+from mcpg_operator.settings import BOUNDED_RESOURCES, BusSettings, GatewayBounds, GatewayDefaults
 
 PLURAL = "mcpgateways"
 NAME = "mcpg-gateway"
 """The one McpGateway a namespace may hold: named after the Deployment it shapes (`objects.NAME`)."""
 APPLIED = c.APPLIED
 NO_GATEWAY = "NoGateway"
-QUANTITY = (
-    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
-)
-"""A resource quantity, as the API server's own pattern (the CRD carries the same)."""
-_BUDGET = r"^[0-9]+%$"
+QUANTITY = quantities.QUANTITY
+parse_quantity = quantities.parse
+_BUDGET = r"^[0-9]{1,3}%$"
+INT32 = 2**31 - 1
+"""What the API server stores of a count (replicas, a budget's pods); more would not even print (4,300 digits)."""
+_QUANTITY_CHARS = 64
+"""The longest quantity taken (a number and a suffix): every value is bounded, the ones echoed in a status too."""
 
 
 def _quantity(value: int | str) -> int | str:
-    if isinstance(value, str) and not re.fullmatch(QUANTITY, value):
-        raise ValueError(f"must be a quantity such as 500m, 64Mi or 2, got {value[:40]!r}")
+    text = str(value)
+    try:
+        ok = len(text) <= _QUANTITY_CHARS and quantities.parse(value) >= 0
+    except ValueError:  # not a quantity, or out of any range (1e999999999)
+        ok = False
+    if not ok:
+        raise ValueError(f"must be a quantity such as 500m, 64Mi or 2, got {text[:40]!r}")
     return value
 
 
 def _budget(value: int | str) -> int | str:
-    if (isinstance(value, int) and value < 0) or (isinstance(value, str) and not re.fullmatch(_BUDGET, value)):
-        raise ValueError(f"must be a number of pods (0 or more) or a percentage such as 50%, got {value!r:.40}")
+    if isinstance(value, int):
+        ok = 0 <= value <= INT32
+    else:  # at most 100%: the disruption controller refuses more
+        ok = re.fullmatch(_BUDGET, value) is not None and int(value[:-1]) <= 100
+    if not ok:
+        raise ValueError(f"must be a number of pods (0 or more) or a percentage from 0% to 100%, got {value!r:.40}")
     return value
 
 
@@ -83,6 +96,10 @@ class ResourcesSpec(_Spec):
 
     @model_validator(mode="after")
     def _requests_within_limits(self) -> ResourcesSpec:
+        for part, values in (("requests", self.requests), ("limits", self.limits)):
+            other = next((name for name in values if name not in BOUNDED_RESOURCES), None)
+            if other is not None:  # a GPU, hugepages, storage: resources the operator has no bound for
+                raise ValueError(f"{part}.{other[:63]}: an McpGateway may set only cpu and memory")
         for name, request in self.requests.items():
             limit = self.limits.get(name)
             if limit is not None and parse_quantity(request) > parse_quantity(limit):
@@ -124,7 +141,7 @@ class NetworkPolicySpec(_Spec):
 class McpGatewaySpec(_Spec):
     """How the namespace's gateway runs; every field left unset takes the operator's default."""
 
-    replicas: int | None = Field(default=None, ge=1)
+    replicas: int | None = Field(default=None, ge=1, le=INT32)
     """Gateway pods. Above 1 they share a NATS bus, so the operator must have one: an external bus
     (MCPG_BUS_MODE=external), or the managed one, which runs when the operator's own replica default
     (MCPG_GATEWAY_REPLICAS) is above 1. Otherwise the McpGateway is refused (InvalidSpec)."""
@@ -179,13 +196,25 @@ def shape(found: observed.McpGateway | None, defaults: GatewayDefaults, bus_sett
         spec = McpGatewaySpec.model_validate(found.spec)
     except ValidationError as e:
         return Shape(defaults, refusal=_first_error(e))
-    refusal = _bus_refusal(spec, defaults, bus_settings)
+    # Cheap checks of what was asked for, before anything is overlaid or rendered; the first problem is told.
+    bounds = defaults.bounds
+    refusal = (
+        _replicas_refusal(spec, bounds)
+        or _bus_refusal(spec, defaults, bus_settings)
+        or _service_refusal(spec.service, bounds)
+        or _resources_refusal(spec.resources, bounds)
+    )
+    if refusal is not None:
+        return Shape(defaults, refusal=refusal)
+    shaped = _overlay(spec, defaults)
+    budget = spec.pod_disruption_budget if spec.pod_disruption_budget.enabled else None
+    refusal = _budget_refusal(budget, shaped.replicas) if budget else None
     if refusal is not None:
         return Shape(defaults, refusal=refusal)
     return Shape(
-        _overlay(spec, defaults),
+        shaped,
         dict(spec.service.annotations),
-        spec.pod_disruption_budget if spec.pod_disruption_budget.enabled else None,
+        budget,
         spec.network_policy if spec.network_policy.enabled else None,
     )
 
@@ -225,7 +254,96 @@ def _bus_refusal(spec: McpGatewaySpec, defaults: GatewayDefaults, bus_settings: 
     )
 
 
-_NAMED = re.compile(r"^([A-Za-z][A-Za-z0-9.]*): (.*)$", re.DOTALL)
+# --- the operator's bounds (`GatewayBounds`) ----------------------------------------------------------------
+
+
+def _replicas_refusal(spec: McpGatewaySpec, bounds: GatewayBounds) -> str | None:
+    if spec.replicas is None or spec.replicas <= bounds.max_replicas:
+        return None
+    return f"spec.replicas: {spec.replicas} is above the operator's maximum of {bounds.max_replicas} ({_MAX}REPLICAS)"
+
+
+def _service_refusal(service: ServiceSpec, bounds: GatewayBounds) -> str | None:
+    if service.type is not None and service.type not in bounds.service_types:
+        allowed = ", ".join(bounds.service_types)
+        return (
+            f"spec.service.type: {service.type} is not among the Service types the operator allows ({allowed}; "
+            "MCPG_GATEWAY_ALLOWED_SERVICE_TYPES)"
+        )
+    for name, port in (("httpNodePort", service.http_node_port), ("adminNodePort", service.admin_node_port)):
+        if port is not None and not bounds.node_ports:
+            return (
+                f"spec.service.{name}: the operator lets no McpGateway choose a node port "
+                "(MCPG_GATEWAY_ALLOW_NODE_PORTS is false); leave it out and the API server allocates a free one"
+            )
+    key = next((k for k in service.annotations if not bounds.allows_annotation(k)), None)
+    if key is None:
+        return None
+    allowed = ", ".join(bounds.service_annotations) or "none"
+    return (
+        f"spec.service.annotations: {key[:80]!r} is not among the annotation keys the operator allows "
+        f"({allowed[:200]}; MCPG_GATEWAY_ALLOWED_SERVICE_ANNOTATIONS)"
+    )
+
+
+def _resources_refusal(resources: ResourcesSpec | None, bounds: GatewayBounds) -> str | None:
+    """The first request or limit above its bound. Unset, resources are the operator's own (not bounded)."""
+    if resources is None:
+        return None
+    for name in BOUNDED_RESOURCES:
+        for part in ("limits", "requests"):
+            refusal = _resource_refusal(resources, part, name, bounds)
+            if refusal is not None:
+                return refusal
+    return None
+
+
+def _resource_refusal(resources: ResourcesSpec, part: str, name: str, bounds: GatewayBounds) -> str | None:
+    bound, var = bounds.resource_bound(part, name)
+    if bound is None:
+        return None
+    field_path, limit = f"spec.resources.{part}.{name}", resources.limits.get(name)
+    value = resources.requests.get(name, limit) if part == "requests" else limit
+    if value is None and part == "limits":
+        return f"{field_path}: required, at most {bound} ({var}): a container without a limit may use any amount"
+    if value is None or parse_quantity(value) <= parse_quantity(bound):
+        return None
+    if name not in resources.requests and part == "requests":  # the API server makes an unset request the limit
+        return (
+            f"{field_path}: unset, so the API server makes it limits.{name} ({value}), which is above the "
+            f"operator's maximum of {bound} ({var}); set it"
+        )
+    return f"{field_path}: {value} is above the operator's maximum of {bound} ({var})"
+
+
+def _budget_refusal(budget: DisruptionBudgetSpec, replicas: int) -> str | None:
+    """A budget that lets no pod be evicted makes every node drain wait on the gateway forever."""
+    field_name, value = (
+        ("minAvailable", budget.min_available)
+        if budget.min_available is not None
+        else ("maxUnavailable", 1 if budget.max_unavailable is None else budget.max_unavailable)
+    )
+    where = f"spec.podDisruptionBudget.{field_name}"
+    pods = _pods(value, replicas)
+    if (replicas - pods if field_name == "minAvailable" else pods) > 0:
+        return None
+    return (
+        f"{where}: {value} of {replicas} replica(s) lets no pod be evicted, so every node drain would wait on the "
+        "gateway forever; allow at least one (maxUnavailable: 1, the default, does)"
+    )
+
+
+def _pods(value: int | str, replicas: int) -> int:
+    """A budget's number or percentage as pods, rounded up, as the disruption controller counts them."""
+    if isinstance(value, int):
+        return value
+    return -(-int(value[:-1]) * replicas // 100)
+
+
+_MAX = "MCPG_GATEWAY_MAX_"
+
+
+_NAMED = re.compile(r"^([A-Za-z][A-Za-z0-9./_-]*): (.*)$", re.DOTALL)
 """A validator's message that starts by naming the field inside the object it checks (`httpNodePort: ...`)."""
 
 
@@ -279,24 +397,3 @@ def differs_exactly(live: observed.Applied, desired: dict[str, Any]) -> bool:
     """Some field of `EXACT_FIELDS` is not what `desired` says (an absent one included): apply it again."""
     wanted = observed.Applied(desired)
     return any(live.at(*path) != wanted.at(*path) for path in EXACT_FIELDS)
-
-
-_SUFFIXES = {
-    **{s: decimal.Decimal(1024) ** (i + 1) for i, s in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"))},
-    **{s: decimal.Decimal(10) ** p for s, p in (("n", -9), ("u", -6), ("m", -3), ("", 0), ("k", 3), ("M", 6))},
-    **{s: decimal.Decimal(10) ** p for s, p in (("G", 9), ("T", 12), ("P", 15), ("E", 18))},
-}
-_SPLIT = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(.*)$")
-
-
-def parse_quantity(value: int | str) -> decimal.Decimal:
-    """A Kubernetes quantity as a number (`"64Mi"` -> 67108864, `"500m"` -> 0.5), to compare requests and limits."""
-    if isinstance(value, int):
-        return decimal.Decimal(value)
-    match = _SPLIT.match(value)
-    if match is None:
-        raise ValueError(f"not a quantity: {value!r}")
-    number, suffix = decimal.Decimal(match[1]), match[2]
-    if suffix in _SUFFIXES:
-        return number * _SUFFIXES[suffix]
-    return number * decimal.Decimal(10) ** int(suffix[1:])  # an exponent: 1e3, 12E-1

@@ -23,6 +23,8 @@ HASH_ANNOTATION = "mcpg.dev/config-hash"
 HASH_LABEL = "mcpg.dev/config-hash"
 MANAGED = {"app.kubernetes.io/managed-by": "mcpg-operator", "app.kubernetes.io/part-of": "mcpg"}
 SELECTOR = {"app.kubernetes.io/name": NAME}
+WATCHED_LABEL = "mcpg.dev/watched"
+"""On every Secret whose changes the operator must see (`references`): its Secret watch selects this label alone."""
 PUBLIC_PORT, ADMIN_PORT = 8080, 9090
 DRAIN_S = 5
 """preStop pause before SIGTERM: long enough for the pod's removal from the Service's endpoints to reach every

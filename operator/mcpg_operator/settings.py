@@ -22,14 +22,77 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from pydantic_core import ErrorDetails
 
 from mcpg_gateway.contract import config
+from mcpg_operator import quantities
 
 
 class SettingsError(ValueError):
     """The operator's environment cannot be used; the message names each variable and what is wrong."""
 
 
+ServiceType = Literal["ClusterIP", "NodePort", "LoadBalancer"]
+SERVICE_TYPES: tuple[ServiceType, ...] = ("ClusterIP", "NodePort", "LoadBalancer")
+NO_BOUND = "none"
+"""The value of a resource bound that leaves the resource unbounded (`MCPG_GATEWAY_MAX_CPU_LIMIT=none`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayBounds:
+    """What a namespace's McpGateway may ask for: the cluster admin's bounds, `MCPG_GATEWAY_MAX_*`,
+    `MCPG_GATEWAY_ALLOWED_*` and `MCPG_GATEWAY_ALLOW_NODE_PORTS`.
+
+    The operator writes a gateway's Deployment, Service and PodDisruptionBudget with its own rights, for a tenant
+    who may hold none of them: whoever may edit an McpGateway gets exactly what these bounds allow, and an
+    McpGateway outside them is refused whole (`gateway_settings.shape`). The operator's own defaults
+    (`GatewayDefaults`) are the admin's and are not bounded, except that the default replicas must be within
+    `max_replicas`. Resource bounds are Kubernetes quantities; None (`none`) leaves that resource unbounded.
+    """
+
+    max_replicas: int = 10
+    """`MCPG_GATEWAY_MAX_REPLICAS`: the gateway pods one namespace may ask for."""
+    max_cpu_request: str | None = "2"
+    """`MCPG_GATEWAY_MAX_CPU_REQUEST`: the CPU the scheduler reserves for one gateway container."""
+    max_cpu_limit: str | None = None
+    """`MCPG_GATEWAY_MAX_CPU_LIMIT`: unbounded by default, as the operator's own default sets no CPU limit (CPU
+    above the request is only idle time other pods did not reserve). When set, an McpGateway must set the limit."""
+    max_memory_request: str | None = "2Gi"
+    """`MCPG_GATEWAY_MAX_MEMORY_REQUEST`: the memory the scheduler reserves for one gateway container."""
+    max_memory_limit: str | None = "4Gi"
+    """`MCPG_GATEWAY_MAX_MEMORY_LIMIT`: the memory one gateway container may use. While it is bounded, an
+    McpGateway that sets resources must set this limit: a container without one may take a node's memory."""
+    service_types: tuple[ServiceType, ...] = ("ClusterIP", "NodePort")
+    """`MCPG_GATEWAY_ALLOWED_SERVICE_TYPES` (comma-separated): the types an McpGateway may set. Not LoadBalancer by
+    default: it provisions infrastructure outside the cluster (often reachable from the internet, often paid for)
+    and its cloud controller acts on the Service's annotations."""
+    service_annotations: tuple[str, ...] = ()
+    """`MCPG_GATEWAY_ALLOWED_SERVICE_ANNOTATIONS` (comma-separated): the Service annotation keys an McpGateway may
+    set. `prefix/` allows every key under that prefix, `*` every key; any other entry is one key. None by default:
+    what a key does depends on the controllers of the cluster (load balancers, external-dns, meshes), which only
+    the admin knows."""
+    node_ports: bool = False
+    """`MCPG_GATEWAY_ALLOW_NODE_PORTS` (true or false): whether an McpGateway may choose its node ports. Off by
+    default: a node port exists once per cluster, so a chosen one is taken from every other namespace (the
+    quickstart's 30080 included); the API server allocates a free one to a NodePort Service that names none."""
+
+    def allows_annotation(self, key: str) -> bool:
+        """Whether an McpGateway may put `key` on its Service."""
+        return any(
+            entry in ("*", key) or (entry.endswith("/") and key.startswith(entry)) for entry in self.service_annotations
+        )
+
+    def resource_bound(self, part: str, name: str) -> tuple[str | None, str]:
+        """(the bound, its variable) for `requests` or `limits` of `cpu` or `memory`."""
+        attribute = f"max_{name}_{part.removesuffix('s')}"
+        return getattr(self, attribute), f"MCPG_GATEWAY_{attribute.upper()}"
+
+
+BOUNDED_RESOURCES = ("cpu", "memory")
+"""The only resources an McpGateway may set: the ones `GatewayBounds` bounds."""
+
+
 class GatewayDefaults(BaseModel):
-    """What every rendered gateway gets: `MCPG_GATEWAY_<FIELD>` variables."""
+    """What every rendered gateway gets: `MCPG_GATEWAY_<FIELD>` variables; and `bounds`, what a namespace's
+    McpGateway may change of that (`GatewayBounds`), carried here so that every reader of the defaults (the
+    namespace pass and the bus step) holds them too."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -46,7 +109,7 @@ class GatewayDefaults(BaseModel):
     plugin_kinds: list[str] = Field(default_factory=list)
     """The watch-strategy plugin kinds the gateway image installs; a watch naming another kind is refused."""
     log_format: str = "json"
-    service_type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = "ClusterIP"
+    service_type: ServiceType = "ClusterIP"
     http_node_port: int | None = Field(default=None, ge=30000, le=32767)
     """A fixed node port for the public port; a cluster has each only once, so set it for one namespace's gateway."""
     admin_node_port: int | None = Field(default=None, ge=30000, le=32767)
@@ -63,6 +126,8 @@ class GatewayDefaults(BaseModel):
     """`gateway.liveness`, from the JSON object `MCPG_GATEWAY_LIVENESS`."""
     server_card: bool | None = None
     """`gateway.server.server_card`, from `MCPG_GATEWAY_SERVER_CARD` (true or false); None: not set."""
+    bounds: GatewayBounds = Field(default_factory=GatewayBounds)
+    """What an McpGateway may ask for; read from variables of its own (`GatewayBounds`), not `MCPG_GATEWAY_BOUNDS`."""
 
     @field_validator("http_node_port", "admin_node_port")
     @classmethod
@@ -125,6 +190,11 @@ class BusSettings:
     """`MCPG_BUS_CREDENTIALS_SECRET` (external mode): the Secret each gateway namespace holds for the bus."""
 
 
+RECONCILE_CONCURRENCY = 4
+"""`MCPG_RECONCILE_CONCURRENCY`'s default: a pass mostly waits on the API server, so a few overlap well on one
+event loop (on a pod of 2 cores), and each holds what it read of its namespace until it ends."""
+
+
 @dataclass(frozen=True, slots=True)
 class OperatorSettings:
     resync_s: float = 30.0
@@ -136,6 +206,9 @@ class OperatorSettings:
     gateway: GatewayDefaults = field(default_factory=GatewayDefaults)
     leader_election: LeaderElection = field(default_factory=LeaderElection)
     bus: BusSettings = field(default_factory=BusSettings)
+    reconcile_concurrency: int = RECONCILE_CONCURRENCY
+    """`MCPG_RECONCILE_CONCURRENCY` (1 to 64): passes at once, over every namespace and the bus step; a namespace
+    waits its turn behind those already waiting (`scheduler.Turns`), so a busy one cannot take every turn."""
 
 
 _JSON_FIELDS = frozenset(
@@ -162,10 +235,26 @@ def load(env: Mapping[str, str] | None = None) -> OperatorSettings:
     gateway = _gateway_defaults(env, problems)
     election = _leader_election(env, problems)
     bus = _bus(env, gateway.replicas if gateway else 1, problems)
+    concurrency = _reconcile_concurrency(env, problems)
     if problems or gateway is None:
         raise SettingsError("; ".join(problems))
     namespaces = tuple(ns.strip() for ns in env.get("MCPG_WATCH_NAMESPACES", "").split(",") if ns.strip())
-    return OperatorSettings(resync, settle, namespaces, gateway, election, bus)
+    return OperatorSettings(resync, settle, namespaces, gateway, election, bus, reconcile_concurrency=concurrency)
+
+
+MAX_CONCURRENCY = 64
+"""Every pass runs on one event loop: beyond this, more at once would only hold more namespaces in memory."""
+
+
+def _reconcile_concurrency(env: Mapping[str, str], problems: list[str]) -> int:
+    raw = env.get("MCPG_RECONCILE_CONCURRENCY", "").strip()
+    if not raw:
+        return RECONCILE_CONCURRENCY
+    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_CONCURRENCY:
+        wanted = f"a whole number from 1 to {MAX_CONCURRENCY}"
+        problems.append(f"MCPG_RECONCILE_CONCURRENCY: must be {wanted}, got {raw[:80]!r}")
+        return RECONCILE_CONCURRENCY
+    return int(raw)
 
 
 def _seconds(
@@ -184,9 +273,12 @@ def _seconds(
 
 
 def _gateway_defaults(env: Mapping[str, str], problems: list[str]) -> GatewayDefaults | None:
-    """`MCPG_GATEWAY_<FIELD>` variables; those in `_JSON_FIELDS` are JSON."""
-    values: dict[str, Any] = {}
+    """`MCPG_GATEWAY_<FIELD>` variables (those in `_JSON_FIELDS` are JSON), and the bounds (`_bounds`)."""
+    bounds = _bounds(env, problems)
+    values: dict[str, Any] = {"bounds": bounds}
     for name in GatewayDefaults.model_fields:
+        if name == "bounds":
+            continue  # variables of their own
         var = f"MCPG_GATEWAY_{name.upper()}"
         raw = env.get(var)
         if not raw:
@@ -196,10 +288,120 @@ def _gateway_defaults(env: Mapping[str, str], problems: list[str]) -> GatewayDef
         except ValueError as e:
             problems.append(f"{var}: not valid JSON ({str(e)[:80]}): {raw[:80]!r}")
     try:
-        return GatewayDefaults.model_validate(values)
+        defaults = GatewayDefaults.model_validate(values)
     except ValidationError as e:
         problems += [_gateway_problem(err) for err in e.errors()]
         return None
+    if defaults.replicas > bounds.max_replicas:  # a namespace asking for the default itself would be refused
+        problems.append(
+            f"{_MAX}REPLICAS: {bounds.max_replicas} is below MCPG_GATEWAY_REPLICAS ({defaults.replicas}): the "
+            "operator's own default must be within its bounds"
+        )
+    return defaults
+
+
+_MAX = "MCPG_GATEWAY_MAX_"
+_ALLOWED = "MCPG_GATEWAY_ALLOWED_"
+_QUANTITY_CHARS = 64
+"""The longest resource bound taken: a quantity is a number and a suffix, never a text."""
+
+
+def _bounds(env: Mapping[str, str], problems: list[str]) -> GatewayBounds:
+    """`MCPG_GATEWAY_MAX_*`, `MCPG_GATEWAY_ALLOWED_*` and `MCPG_GATEWAY_ALLOW_NODE_PORTS`; unset: the defaults."""
+    d = GatewayBounds()
+    bounds = GatewayBounds(
+        _max_replicas(env.get(f"{_MAX}REPLICAS", "").strip(), d.max_replicas, problems),
+        _resource_bound(env, "cpu", "request", d.max_cpu_request, problems),
+        _resource_bound(env, "cpu", "limit", d.max_cpu_limit, problems),
+        _resource_bound(env, "memory", "request", d.max_memory_request, problems),
+        _resource_bound(env, "memory", "limit", d.max_memory_limit, problems),
+        _service_types(env.get(f"{_ALLOWED}SERVICE_TYPES", ""), d.service_types, problems),
+        _annotation_keys(env.get(f"{_ALLOWED}SERVICE_ANNOTATIONS", ""), problems),
+        _boolean(env, "MCPG_GATEWAY_ALLOW_NODE_PORTS", d.node_ports, problems),
+    )
+    _requests_within_limits(bounds, problems)
+    return bounds
+
+
+def _max_replicas(raw: str, default: int, problems: list[str]) -> int:
+    if not raw:
+        return default
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 9) or int(raw) < 1:
+        problems.append(f"{_MAX}REPLICAS: must be a whole number of gateway pods, 1 or more, got {raw[:80]!r}")
+        return default
+    return int(raw)
+
+
+def _resource_bound(
+    env: Mapping[str, str], name: str, part: str, default: str | None, problems: list[str]
+) -> str | None:
+    """`MCPG_GATEWAY_MAX_<NAME>_<PART>`: a quantity, or None for `none` (unbounded); unset: `default`."""
+    var = f"{_MAX}{name.upper()}_{part.upper()}"
+    raw = env.get(var, "").strip()
+    if not raw:
+        return default
+    if raw == NO_BOUND:
+        return None
+    try:
+        ok = len(raw) <= _QUANTITY_CHARS and quantities.parse(raw) >= 0
+    except ValueError:
+        ok = False
+    if not ok:
+        problems.append(f"{var}: must be a resource quantity such as 500m, 2 or 4Gi, or {NO_BOUND}, got {raw[:80]!r}")
+        return default
+    return raw
+
+
+def _requests_within_limits(bounds: GatewayBounds, problems: list[str]) -> None:
+    """A request bound above its limit bound could never be used: a request is at most its limit."""
+    for name in BOUNDED_RESOURCES:
+        (request, request_var), (limit, limit_var) = (bounds.resource_bound(p, name) for p in ("requests", "limits"))
+        if request is not None and limit is not None and quantities.parse(request) > quantities.parse(limit):
+            problems.append(f"{request_var}: {request} is above {limit_var} ({limit}); a request is at most its limit")
+
+
+def _service_types(raw: str, default: tuple[ServiceType, ...], problems: list[str]) -> tuple[ServiceType, ...]:
+    found = _listed(raw)
+    if not found:
+        return default
+    wrong = [t for t in found if t not in SERVICE_TYPES]
+    if wrong:
+        problems.append(
+            f"{_ALLOWED}SERVICE_TYPES: each must be one of {', '.join(SERVICE_TYPES)}, got {wrong[0][:80]!r}"
+        )
+        return default
+    return tuple(t for t in SERVICE_TYPES if t in found)
+
+
+_ANNOTATION_KEY = re.compile(r"([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+_ANNOTATION_PREFIX = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/")
+
+
+def _annotation_keys(raw: str, problems: list[str]) -> tuple[str, ...]:
+    found = _listed(raw)
+    for entry in found:
+        if entry != "*" and not (_ANNOTATION_KEY.fullmatch(entry) or _ANNOTATION_PREFIX.fullmatch(entry)):
+            problems.append(
+                f"{_ALLOWED}SERVICE_ANNOTATIONS: each must be an annotation key, a prefix ending in / (example.com/) "
+                f"or *, got {entry[:80]!r}"
+            )
+            return ()
+    return found
+
+
+def _listed(raw: str) -> tuple[str, ...]:
+    """A comma-separated variable's entries, without blanks and repeats, in order."""
+    return tuple(dict.fromkeys(e.strip() for e in raw.split(",") if e.strip()))
+
+
+def _boolean(env: Mapping[str, str], var: str, default: bool, problems: list[str]) -> bool:
+    raw = env.get(var, "").strip()
+    if not raw:
+        return default
+    if raw.lower() not in _BOOLEANS:
+        problems.append(f"{var}: must be true or false, got {raw[:80]!r}")
+        return default
+    return _BOOLEANS[raw.lower()]
 
 
 def _standard_json(text: str) -> Any:

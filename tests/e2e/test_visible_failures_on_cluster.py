@@ -18,51 +18,18 @@ import pytest
 import yaml
 
 from mcpg_testing.controlplane import ControlPlane
-from mcpg_testing.manifests import polled
+from mcpg_testing.manifests import polled, refusing_gateway_services
 from mcpg_testing.processes import wait_until
 
 BOUND = "90s"
 POLICY_MESSAGE = "the platform team must approve gateway Services in this namespace"
 
 
-def _policy(name: str, namespace: str) -> list[dict[str, Any]]:
-    policy = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": name},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "operations": ["CREATE", "UPDATE"],
-                        "resources": ["services"],
-                    }
-                ]
-            },
-            "validations": [{"expression": "object.metadata.name != 'mcpg-gateway'", "message": POLICY_MESSAGE}],
-        },
-    }
-    binding = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": name},
-        "spec": {
-            "policyName": name,
-            "validationActions": ["Deny"],
-            "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}},
-        },
-    }
-    return [policy, binding]
-
-
 @pytest.fixture
 def refusing_policy(control_plane: ControlPlane, namespace: str) -> Iterator[str]:
     """A policy refusing the gateway Service in `namespace` only, in force when this returns; removed after."""
     name = f"deny-gateway-{namespace}"
-    text = "\n---\n".join(yaml.safe_dump(d) for d in _policy(name, namespace))
+    text = "\n---\n".join(yaml.safe_dump(d) for d in refusing_gateway_services(name, namespace, POLICY_MESSAGE))
     control_plane.kubectl("apply", "-f", "-", stdin=text)
     probe = {
         "apiVersion": "v1",

@@ -35,6 +35,10 @@ OPERATOR_SETTINGS = {
     # it within a test's bound: no test's client leaves its buffers full for seconds.
     "MCPG_GATEWAY_LIMITS": '{"watches_per_principal": 12, "listen_streams_per_principal": 96, "write_timeout_s": 5}',
     "MCPG_GATEWAY_SUBSCRIPTIONS": '{"idle_after_s": 2400}',
+    # Beyond the chart's bounds on McpGateways, as an admin may allow: tests/e2e/test_gateway_settings.py chooses a
+    # node port and sets an lb.example/ annotation (the other bounds are the defaults: test_gateway_bounds_on_cluster).
+    "MCPG_GATEWAY_ALLOW_NODE_PORTS": "true",
+    "MCPG_GATEWAY_ALLOWED_SERVICE_ANNOTATIONS": "lb.example/",
     # Two operator replicas contend for the Lease, as the chart runs them; a short lease makes a killed leader's
     # successor take over within seconds (the chart keeps controller-runtime's 15 s).
     "MCPG_LEADER_ELECTION_LEASE_DURATION_SECONDS": "4",

@@ -42,3 +42,32 @@ def polled(name: str) -> dict[str, Any]:
         "metadata": {"name": name},
         "spec": {"uri": f"x://{name}", "backend": {"http": {"url": "http://upstream/"}}},
     }
+
+
+def refusing_gateway_services(
+    name: str, namespace: str, message: str, operations: tuple[str, ...] = ("CREATE", "UPDATE")
+) -> list[dict[str, Any]]:
+    """A ValidatingAdmissionPolicy and its binding refusing `operations` on the gateway Service in `namespace`
+    with `message`: the API server's refusal of one object, for reasons outside the namespace's own spec."""
+    rule = {"apiGroups": [""], "apiVersions": ["v1"], "operations": list(operations), "resources": ["services"]}
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [rule]},
+            "validations": [{"expression": "object.metadata.name != 'mcpg-gateway'", "message": message}],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {
+            "policyName": name,
+            "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}},
+        },
+    }
+    return [policy, binding]

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from mcpg_operator import reconcile
-from mcpg_operator.settings import BusSettings, GatewayDefaults
+import pytest
+
+from mcpg_operator import reconcile, write
+from mcpg_operator.kube import Refused
+from mcpg_operator.settings import BusSettings, GatewayBounds, GatewayDefaults
 from mcpg_testing.fake_kube import FakeKube
 from mcpg_testing.namespace import NS, Clock, resourcewatch
 
-DEFAULTS = GatewayDefaults(replicas=3)
+DEFAULTS = GatewayDefaults(replicas=3, bounds=GatewayBounds(node_ports=True, service_annotations=("lb.example/",)))
+"""The admin lets McpGateways choose node ports and set `lb.example/` annotations (`SHAPED` does both)."""
 BUS = BusSettings("managed", "mcpg-system")
 MCPGW = f"/apis/mcpg.dev/v1alpha1/namespaces/{NS}/mcpgateways/mcpg-gateway"
 SERVICE = f"/api/v1/namespaces/{NS}/services/mcpg-gateway"
@@ -144,3 +148,96 @@ async def test_without_a_resourcewatch_the_mcpgateway_says_no_gateway_runs(kube:
     assert ready(kube)[:2] == ("False", "NoGateway")
     assert kube.deployment(NS) is None
     assert PDB not in kube.objects
+
+
+# --- the operator's bounds (issue 31: a tenant gets exactly what the cluster admin's bounds allow) --------------
+
+PROBE = mcp_gateway(
+    replicas=100_000,
+    resources={"requests": {"cpu": "1000", "memory": "4Ti"}, "limits": {"memory": "4Ti"}},
+    service={"type": "LoadBalancer", "httpNodePort": 30080, "annotations": {"lb.example/scheme": "internet-facing"}},
+    podDisruptionBudget={"enabled": True, "minAvailable": "100%"},
+)
+"""What the issue's probe asked for as a tenant with no rights on Deployments, Services or budgets."""
+DEFAULT_BOUNDS = GatewayDefaults(replicas=3)
+"""The operator's defaults with the bounds a chart install gets."""
+
+
+def assert_defaults(kube: FakeKube, defaults: GatewayDefaults) -> None:
+    """The gateway's objects are exactly the operator's defaults: nothing an McpGateway asked for is left."""
+    deployment = kube.deployment(NS)
+    assert deployment is not None
+    assert deployment["spec"]["replicas"] == defaults.replicas
+    assert container(kube)["resources"] == defaults.resources
+    service = kube.objects[SERVICE]
+    assert service["spec"]["type"] == defaults.service_type
+    assert [p.get("nodePort") for p in service["spec"]["ports"]] == [defaults.http_node_port, defaults.admin_node_port]
+    assert "annotations" not in service["metadata"]
+    assert PDB not in kube.objects
+
+
+async def test_an_mcpgateway_outside_the_bounds_is_refused_whole_and_the_namespace_runs_the_defaults(
+    kube: FakeKube, clock: Clock
+) -> None:
+    kube.put(resourcewatch(token=None))
+    kube.put(PROBE)
+    await settle(kube, clock, DEFAULT_BOUNDS)
+    assert_defaults(kube, DEFAULT_BOUNDS)
+    status, reason, message = ready(kube)
+    assert (status, reason) == ("False", "InvalidSpec")
+    assert message == "spec.replicas: 100000 is above the operator's maximum of 10 (MCPG_GATEWAY_MAX_REPLICAS)"
+    assert kube.objects[MCPGW]["status"]["replicas"] == 3  # what is in effect: the operator's count
+
+
+async def test_an_applied_mcpgateway_edited_outside_the_bounds_returns_the_gateway_to_the_defaults(
+    kube: FakeKube, clock: Clock
+) -> None:
+    kube.put(resourcewatch(token=None))
+    kube.put(mcp_gateway(replicas=5, service={"type": "NodePort"}, podDisruptionBudget={"enabled": True}))
+    await settle(kube, clock, DEFAULT_BOUNDS)
+    assert ready(kube)[:2] == ("True", "Applied")
+    kube.put(mcp_gateway(replicas=5, service={"type": "LoadBalancer"}, podDisruptionBudget={"enabled": True}))
+    await settle(kube, clock, DEFAULT_BOUNDS)
+    assert_defaults(kube, DEFAULT_BOUNDS)
+    assert ready(kube)[2].startswith("spec.service.type: LoadBalancer is not among the Service types the operator")
+
+
+QUICKSTART = GatewayDefaults(replicas=3, service_type="NodePort", http_node_port=30080, admin_node_port=30090)
+"""The quickstart's operator: every namespace's Service asks for the node ports 30080 and 30090, which only one
+namespace of the cluster can hold."""
+PORT_TAKEN = Refused(
+    422,
+    "Invalid",
+    'Service "mcpg-gateway" is invalid: spec.ports[0].nodePort: Invalid value: 30080: provided port is already '
+    "allocated",
+)
+
+
+async def test_deleting_the_mcpgateway_returns_the_deployment_and_budget_to_the_defaults_when_the_service_is_refused(
+    kube: FakeKube, clock: Clock
+) -> None:
+    # The namespace runs 5 replicas and a budget on a NodePort Service with node ports the API server allocated,
+    # while another namespace holds the quickstart's 30080. Deleted, its McpGateway must give back the replicas,
+    # the resources and the budget even though the Service cannot go back to 30080.
+    kube.put(resourcewatch(token=None))
+    resources = {"requests": {"cpu": "2", "memory": "2Gi"}, "limits": {"memory": "4Gi"}}
+    kube.put(
+        mcp_gateway(
+            replicas=5, resources=resources, service={"type": "NodePort"}, podDisruptionBudget={"enabled": True}
+        )
+    )
+    await settle(kube, clock, QUICKSTART)
+    assert ready(kube)[:2] == ("True", "Applied")
+    kube.remove(MCPGW)
+    kube.refuse(SERVICE, PORT_TAKEN)
+    with pytest.raises(write.ApplyFailed) as raised:  # the namespace's watches report the Service's refusal
+        await reconcile.reconcile(kube, NS, QUICKSTART, clock, bus_settings=BUS)
+    assert "provided port is already allocated" in raised.value.failure.message
+    deployment = kube.deployment(NS)
+    assert deployment is not None
+    assert deployment["spec"]["replicas"] == 3
+    assert container(kube)["resources"] == QUICKSTART.resources
+    assert PDB not in kube.objects
+    kube.allow(SERVICE)  # the other namespace let go of the port: the Service follows at the next pass
+    await settle(kube, clock, QUICKSTART)
+    assert_defaults(kube, QUICKSTART)

@@ -265,7 +265,7 @@ def test_a_bad_bus_url_is_refused_without_echoing_it(url: str, message: str) -> 
 def test_the_charts_deployment_sets_a_variable_for_every_gateway_default() -> None:
     # A setting the chart never sets is one a platform engineer cannot reach with `helm install`.
     template = (CHART / "templates" / "deployment.yaml").read_text()
-    fields = settings.GatewayDefaults.model_fields
+    fields = [f for f in settings.GatewayDefaults.model_fields if f != "bounds"]  # variables of their own
     assert [f for f in fields if not re.search(rf"name: MCPG_GATEWAY_{f.upper()}\b", template)] == []
 
 
@@ -327,3 +327,82 @@ def test_a_node_port_on_a_cluster_ip_service_is_refused_naming_the_variable(port
     )
     loaded = settings.load({**POD, port_var: "30080", "MCPG_GATEWAY_SERVICE_TYPE": "NodePort"})
     assert 30080 in (loaded.gateway.http_node_port, loaded.gateway.admin_node_port)
+
+
+# --- the bounds on what an McpGateway may ask for ---------------------------------------------------------------
+
+
+def test_the_bounds_on_mcpgateways_default_to_a_safe_share_for_a_tenant() -> None:
+    bounds = settings.load(POD).gateway.bounds
+    assert bounds == settings.GatewayBounds()
+    assert (bounds.max_replicas, bounds.max_cpu_request, bounds.max_cpu_limit) == (10, "2", None)
+    assert (bounds.max_memory_request, bounds.max_memory_limit) == ("2Gi", "4Gi")
+    assert bounds.service_types == ("ClusterIP", "NodePort")  # no LoadBalancer
+    assert (bounds.service_annotations, bounds.node_ports) == ((), False)
+
+
+def test_the_bounds_on_mcpgateways_come_from_the_environment() -> None:
+    bounds = settings.load(
+        {
+            **POD,
+            "MCPG_GATEWAY_MAX_REPLICAS": "4",
+            "MCPG_GATEWAY_MAX_CPU_REQUEST": "500m",
+            "MCPG_GATEWAY_MAX_CPU_LIMIT": "1",
+            "MCPG_GATEWAY_MAX_MEMORY_REQUEST": "none",
+            "MCPG_GATEWAY_MAX_MEMORY_LIMIT": "1e9",
+            "MCPG_GATEWAY_ALLOWED_SERVICE_TYPES": "LoadBalancer, ClusterIP",
+            "MCPG_GATEWAY_ALLOWED_SERVICE_ANNOTATIONS": "lb.example/, external-dns.alpha.kubernetes.io/ttl",
+            "MCPG_GATEWAY_ALLOW_NODE_PORTS": "true",
+        }
+    ).gateway.bounds
+    assert bounds == settings.GatewayBounds(
+        4,
+        "500m",
+        "1",
+        None,
+        "1e9",
+        ("ClusterIP", "LoadBalancer"),
+        ("lb.example/", "external-dns.alpha.kubernetes.io/ttl"),
+        True,
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"MCPG_GATEWAY_MAX_REPLICAS": "0"}, "MCPG_GATEWAY_MAX_REPLICAS: must be a whole number of gateway pods, 1 or"),
+        ({"MCPG_GATEWAY_MAX_REPLICAS": "ten"}, "MCPG_GATEWAY_MAX_REPLICAS: must be a whole number"),
+        ({"MCPG_GATEWAY_MAX_REPLICAS": "9" * 5000}, "MCPG_GATEWAY_MAX_REPLICAS: must be a whole number"),
+        (
+            {"MCPG_GATEWAY_REPLICAS": "3", "MCPG_GATEWAY_MAX_REPLICAS": "2"},
+            r"MCPG_GATEWAY_MAX_REPLICAS: 2 is below MCPG_GATEWAY_REPLICAS \(3\): the operator's own default must be",
+        ),
+        ({"MCPG_GATEWAY_MAX_CPU_REQUEST": "lots"}, "MCPG_GATEWAY_MAX_CPU_REQUEST: must be a resource quantity such as"),
+        ({"MCPG_GATEWAY_MAX_MEMORY_LIMIT": "-1Gi"}, "MCPG_GATEWAY_MAX_MEMORY_LIMIT: must be a resource quantity"),
+        ({"MCPG_GATEWAY_MAX_CPU_LIMIT": "1e999999999"}, "MCPG_GATEWAY_MAX_CPU_LIMIT: must be a resource quantity"),
+        (
+            {"MCPG_GATEWAY_MAX_MEMORY_REQUEST": "8Gi"},
+            r"MCPG_GATEWAY_MAX_MEMORY_REQUEST: 8Gi is above MCPG_GATEWAY_MAX_MEMORY_LIMIT \(4Gi\); a request is at",
+        ),
+        (
+            {"MCPG_GATEWAY_ALLOWED_SERVICE_TYPES": "ClusterIP,Ingress"},
+            "MCPG_GATEWAY_ALLOWED_SERVICE_TYPES: each must be one of ClusterIP, NodePort, LoadBalancer, got 'Ingress'",
+        ),
+        (
+            {"MCPG_GATEWAY_ALLOWED_SERVICE_ANNOTATIONS": "lb.example/*"},
+            "MCPG_GATEWAY_ALLOWED_SERVICE_ANNOTATIONS: each must be an annotation key, a prefix ending in /",
+        ),
+        ({"MCPG_GATEWAY_ALLOW_NODE_PORTS": "sometimes"}, "MCPG_GATEWAY_ALLOW_NODE_PORTS: must be true or false"),
+    ],
+)
+def test_a_bad_bound_is_refused_naming_the_variable(env: dict[str, str], message: str) -> None:
+    with pytest.raises(settings.SettingsError, match=f"^{message}"):
+        settings.load({**POD, **env})
+
+
+def test_every_bad_bound_is_named_at_once_with_the_other_settings() -> None:
+    env = {"MCPG_GATEWAY_MAX_REPLICAS": "x", "MCPG_GATEWAY_MAX_CPU_REQUEST": "y", "MCPG_GATEWAY_SERVICE_TYPE": "z"}
+    with pytest.raises(settings.SettingsError) as caught:
+        settings.load({**POD, **env})
+    for name in env:
+        assert f"{name}:" in str(caught.value)
