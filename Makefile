@@ -49,7 +49,7 @@ reference: venv ## write the CRDs' descriptions (from the models), the chart's c
 	$(BIN)/python hack/reference.py
 
 .PHONY: test-unit
-test-unit: venv ## unit tier
+test-unit: venv binaries ## unit tier (the chart's RBAC tests render it with helm)
 	$(BIN)/pytest tests/unit
 
 .PHONY: test-fuzz

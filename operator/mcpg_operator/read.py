@@ -2,11 +2,17 @@
 
 Reading everything before deciding anything means a pass decides from one view of the namespace, and a write
 can never be the input of a decision in the same pass (a created Secret is read back by the next pass).
+Of the namespace's Secrets it reads only what the decision can use (`references`): the operator's own, listed
+by label, and each Secret a WebhookToken or ResourceWatch names, by name. However many other Secrets the
+namespace holds, and however large, their data never reaches the operator.
 """
 
 from __future__ import annotations
 
-from mcpg_operator import gateway_policy, gateway_settings, objects, observed
+from collections.abc import Sequence
+from typing import Any
+
+from mcpg_operator import gateway_policy, gateway_settings, objects, observed, references
 from mcpg_operator.kube import Client, ns_path
 from mcpg_operator.models import GROUP
 
@@ -14,12 +20,13 @@ GATEWAY_SELECTOR = ",".join(f"{k}={v}" for k, v in objects.SELECTOR.items())
 
 
 async def read(kube: Client, namespace: str) -> observed.Snapshot:
+    watches = await kube.list(ns_path(namespace, "resourcewatches", group=GROUP))
+    webhook_tokens = await kube.list(ns_path(namespace, "webhooktokens", group=GROUP))
     return observed.snapshot(
         namespace,
-        watches=await kube.list(ns_path(namespace, "resourcewatches", group=GROUP)),
-        webhook_tokens=await kube.list(ns_path(namespace, "webhooktokens", group=GROUP)),
-        # Every Secret: a watch may reference any of them, and configuration Secrets are collected from here.
-        secrets=await kube.list(ns_path(namespace, "secrets")),
+        watches=watches,
+        webhook_tokens=webhook_tokens,
+        secrets=await secrets(kube, namespace, watches, webhook_tokens),
         deployment=await kube.get(ns_path(namespace, "deployments", objects.NAME, group="apps")),
         replicasets=await kube.list(ns_path(namespace, "replicasets", group="apps"), GATEWAY_SELECTOR),
         service_account=await kube.get(ns_path(namespace, "serviceaccounts", objects.NAME)),
@@ -30,3 +37,20 @@ async def read(kube: Client, namespace: str) -> observed.Snapshot:
             ns_path(namespace, "networkpolicies", objects.NAME, group=gateway_policy.NETWORKING)
         ),
     )
+
+
+async def secrets(
+    kube: Client, namespace: str, watches: Sequence[dict[str, Any]], webhook_tokens: Sequence[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The operator's own Secrets of the namespace, then each Secret its live objects name that is not one of
+    them: one GET per name, so the count is that of the references, never that of the namespace's Secrets."""
+    own = await kube.list(ns_path(namespace, "secrets"), references.OWN_SELECTOR)
+    have = {s["metadata"]["name"] for s in own}
+    names = references.referenced(_specs(watches), _specs(webhook_tokens))
+    named = [await kube.get(ns_path(namespace, "secrets", name)) for name in names if name not in have]
+    return [*own, *(s for s in named if s is not None)]
+
+
+def _specs(objs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    # An object being deleted is gone as far as the decision cares (`observed.snapshot`), so it names nothing.
+    return [o.get("spec") or {} for o in objs if not o["metadata"].get("deletionTimestamp")]

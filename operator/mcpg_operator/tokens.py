@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from mcpg_gateway.contract import config
 from mcpg_operator import models, rotation
-from mcpg_operator.objects import MANAGED
+from mcpg_operator.objects import MANAGED, WATCHED_LABEL
 
 STATE_KEY = "state.json"
 STATE_LABEL = "mcpg.dev/rotation-state"
@@ -90,7 +90,8 @@ def state_secret(
         "metadata": {
             "name": state_secret_name(webhook_token),
             "namespace": namespace,
-            "labels": {**MANAGED, STATE_LABEL: "true"},
+            # Watched: a lost or edited state must start a pass at once, not at the next resync.
+            "labels": {**MANAGED, STATE_LABEL: "true", WATCHED_LABEL: "true"},
             "annotations": {"mcpg.dev/webhooktoken": webhook_token},
             "ownerReferences": [owner],
         },
@@ -108,7 +109,7 @@ def generated_secret(
         "metadata": {
             "name": spec.secret_ref.name,
             "namespace": namespace,
-            "labels": {GENERATED_LABEL: "true"},
+            "labels": {GENERATED_LABEL: "true", WATCHED_LABEL: "true"},  # the user may edit it to rotate
             "ownerReferences": [owner],
         },
         "type": "Opaque",

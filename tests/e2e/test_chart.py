@@ -47,14 +47,15 @@ def test_watching_a_list_of_namespaces_binds_the_role_in_each_and_nowhere_else(c
     out = helm(control_plane, "template", "t", str(CHART), "--set", "watchNamespaces={shop,mail}").stdout
     docs = [d for d in yaml.safe_load_all(out) if d]
     bindings = [d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")]
-    to_the_cluster_role = [d for d in bindings if d["roleRef"]["kind"] == "ClusterRole"]
-    assert sorted((d["kind"], d["metadata"].get("namespace")) for d in to_the_cluster_role) == [
-        ("RoleBinding", "mail"),
-        ("RoleBinding", "shop"),
+    assert [d for d in bindings if d["roleRef"]["kind"] == "ClusterRole"] == []  # nothing cluster-wide
+    # The operator's Role in each watched namespace; the leader-election Lease and the managed bus in the
+    # release's own namespace only.
+    assert sorted((d["metadata"]["name"], d["metadata"]["namespace"]) for d in bindings) == [
+        ("t-operator", "mail"),
+        ("t-operator", "shop"),
+        ("t-operator-bus", "default"),
+        ("t-operator-leader-election", "default"),
     ]
-    # The other bindings: the leader-election Lease and the managed bus, in the release's own namespace only.
-    to_roles = {d["metadata"]["name"]: d["metadata"]["namespace"] for d in bindings if d["roleRef"]["kind"] == "Role"}
-    assert to_roles == {"t-operator-leader-election": "default", "t-operator-bus": "default"}
     [deployment] = [d for d in docs if d["kind"] == "Deployment"]
     env = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["MCPG_WATCH_NAMESPACES"] == "shop,mail"
@@ -173,12 +174,9 @@ def test_every_rendered_object_passes_server_side_validation(
     path = tmp_path / "values.yaml"
     path.write_text(yaml.safe_dump(values))
     out = helm(control_plane, "template", "t", str(CHART), "--namespace", namespace, "--values", str(path)).stdout
-    # RoleBindings to the ClusterRole target other namespaces; the leader-election one is in this namespace.
-    docs = [
-        d
-        for d in yaml.safe_load_all(out)
-        if d and (d["kind"], d.get("roleRef", {}).get("kind")) != ("RoleBinding", "ClusterRole")
-    ]
+    # The Role and RoleBinding of each watched namespace go to a namespace that does not exist here.
+    watched = set(values.get("watchNamespaces", []))
+    docs = [d for d in yaml.safe_load_all(out) if d and d["metadata"].get("namespace") not in watched]
     result = control_plane.kubectl("apply", "--dry-run=server", "-f", "-", stdin=yaml.safe_dump_all(docs), check=False)
     assert result.returncode == 0, result.stderr
 
@@ -196,7 +194,7 @@ def test_the_bus_settings_reach_the_operator_and_its_role_reaches_only_the_bus_o
     managed = [d for d in yaml.safe_load_all(helm(control_plane, "template", "t", str(CHART)).stdout) if d]
     [role] = [d for d in managed if d["kind"] == "Role" and d["metadata"]["name"] == "t-operator-bus"]
     named = [r for r in role["rules"] if "resourceNames" in r]
-    assert {n for r in named for n in r["resourceNames"]} == {"mcpg-bus", "mcpg-bus-config"}
+    assert {n for r in named for n in r["resourceNames"]} == {"mcpg-bus", "mcpg-bus-config", "mcpg-bus-key"}
     assert all(r["verbs"] == ["create"] for r in role["rules"] if "resourceNames" not in r)
 
 

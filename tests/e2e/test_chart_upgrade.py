@@ -30,6 +30,7 @@ no CRD of the `mcpg.dev` group, no object labelled as the operator's or the char
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import os
 import shutil
@@ -209,11 +210,13 @@ def ready_status(plane: ControlPlane, what: str) -> str:
     return str(next(c["status"] for c in obj["status"]["conditions"] if c["type"] == "Ready"))
 
 
-def can_i(plane: ControlPlane, verb: str, resource: str, group: str = "") -> bool:
-    """Whether the operator's ServiceAccount may `verb` `resource` (a `plural/subresource` included) of `group`."""
+def can_i(plane: ControlPlane, verb: str, resource: str, group: str = "", name: str | None = None) -> bool:
+    """Whether the operator's ServiceAccount may `verb` `resource` (a `plural/subresource` included) of `group`
+    (the object `name`, for a rule granted by name)."""
     user = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{RELEASE}-operator"
     plural, _, sub = resource.partition("/")
-    what = [f"{plural}.{group}" if group else plural, *([f"--subresource={sub}"] if sub else [])]
+    kind = f"{plural}.{group}" if group else plural
+    what = [f"{kind}/{name}" if name else kind, *([f"--subresource={sub}"] if sub else [])]
     result = plane.kubectl("auth", "can-i", verb, *what, f"--as={user}", "--all-namespaces", check=False)
     return result.stdout.strip() == "yes"
 
@@ -304,8 +307,8 @@ def test_the_documented_upgrade_from_0_1_0_replaces_the_crds_and_rbac_and_keeps_
         for rule in role["rules"]:
             for group in rule["apiGroups"]:
                 for resource in rule["resources"]:
-                    for verb in rule["verbs"]:
-                        assert can_i(plane, verb, resource, group), (verb, resource)
+                    for verb, name in itertools.product(rule["verbs"], rule.get("resourceNames") or [None]):
+                        assert can_i(plane, verb, resource, group, name), (verb, resource, name)
         for crd in shipped.values():
             for verb in ("get", "list", "watch"):
                 assert can_i(plane, verb, crd["spec"]["names"]["plural"], GROUP), (verb, crd["metadata"]["name"])

@@ -37,6 +37,16 @@ class Call:
     body: dict[str, Any] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Read:
+    """One read request: a get, or a list with its label selector; `returned`: the path of every object answered."""
+
+    method: str
+    path: str
+    returned: tuple[str, ...]
+    label_selector: str | None = None
+
+
 SECRET_LIMIT = 1024 * 1024
 """The API server refuses a Secret whose decoded data adds up to more than this."""
 
@@ -45,6 +55,8 @@ class FakeKube:
     def __init__(self) -> None:
         self.objects: dict[str, dict[str, Any]] = {}
         self.writes: list[Call] = []
+        self.reads: list[Read] = []
+        """Every get and list the operator made, in order, with what each answered (never a body)."""
         self._serial = itertools.count(1)
         self._refusals: dict[str, Exception] = {}
         self._refused_reads: dict[str, Exception] = {}
@@ -82,6 +94,7 @@ class FakeKube:
         if path in self._refused_reads:
             raise self._refused_reads[path]
         obj = self.objects.get(path)
+        self.reads.append(Read("get", path, (path,) if obj is not None else ()))
         return copy.deepcopy(obj) if obj is not None else None
 
     async def list(self, path: str, label_selector: str | None = None) -> list[dict[str, Any]]:
@@ -89,11 +102,13 @@ class FakeKube:
         server's order: bytewise by its storage key `<namespace>/<name>`, which the paths sort the same as."""
         inside = _collection(path)
         requirements = _selector(label_selector)
-        return [
-            copy.deepcopy(obj)
+        found = [
+            (key, obj)
             for key, obj in sorted(self.objects.items())
             if inside(key.rsplit("/", 1)[0]) and _matches(obj, requirements)
         ]
+        self.reads.append(Read("list", path, tuple(key for key, _ in found), label_selector))
+        return [copy.deepcopy(obj) for _, obj in found]
 
     async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any] | None:
         meta = body.get("metadata", {})
@@ -171,6 +186,10 @@ class FakeKube:
         if secret is None or key not in secret.get("data", {}):
             return None
         return base64.b64decode(secret["data"][key]).decode()
+
+    def secrets_read(self) -> builtins.set[str]:
+        """The path of every Secret whose body some get or list answered the operator with."""
+        return {p for r in self.reads for p in r.returned if "/secrets/" in p}
 
     def deployment(self, namespace: str) -> dict[str, Any] | None:
         return self.objects.get(f"/apis/apps/v1/namespaces/{namespace}/deployments/{GATEWAY}")

@@ -11,13 +11,14 @@ test fails loudly at import or attribute access rather than passing silently.
 from __future__ import annotations
 
 import logging
-from typing import Literal
+from collections.abc import Awaitable, Callable
+from typing import Literal, cast
 
 import kopf
 import pytest
 from kopf._core.intents import causes
 
-from mcpg_operator import handlers
+from mcpg_operator import handlers, references
 
 SECRETS = kopf.Resource(group="", version="v1", plural="secrets", kind="Secret", namespaced=True)
 
@@ -94,3 +95,46 @@ def test_secret_events_reach_the_reconcile_unless_the_secret_is_the_operators_ou
     labels: dict[str, str], reacts: bool
 ) -> None:
     assert reaches_secret_event(secret(labels)) is reacts
+
+
+# --- what the API server is asked to send (server-side filters) ----------------------------------------------
+
+DEPLOYMENTS = kopf.Resource(group="apps", version="v1", plural="deployments", kind="Deployment", namespaced=True)
+RESOURCEWATCHES = kopf.Resource(group="mcpg.dev", version="v1alpha1", plural="resourcewatches", namespaced=True)
+
+
+async def started_settings(monkeypatch: pytest.MonkeyPatch) -> kopf.OperatorSettings:
+    """kopf's settings as the operator's startup handler leaves them (without connecting to any API server)."""
+
+    async def no_start(*_: object) -> None:
+        return None
+
+    monkeypatch.setattr(handlers, "_start", no_start)
+    monkeypatch.setattr(handlers, "_operator_settings", lambda: None)
+    settings = kopf.OperatorSettings()
+    # kopf's decorator types it as any activity (sync or async, every kwarg kopf passes); it is our coroutine.
+    startup = cast(Callable[..., Awaitable[None]], handlers.startup)
+    await startup(settings=settings, memo=kopf.Memo())
+    return settings
+
+
+def label_selector(settings: kopf.OperatorSettings, resource: kopf.Resource) -> str:
+    """The labelSelector kopf puts on its list and watch requests of `resource` (as `kopf._cogs.clients` joins it)."""
+    return ",".join(sorted(set(settings.watching.label_selectors.collect(resource))))
+
+
+async def test_the_secret_watch_asks_the_api_server_only_for_secrets_labelled_for_the_operator(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    settings = await started_settings(monkeypatch)
+    assert label_selector(settings, SECRETS) == references.SELECTOR
+    # Listed a page at a time: however many labelled Secrets there are, one page is held at once.
+    assert settings.watching.chunk_size == handlers.LIST_CHUNK
+
+
+async def test_the_deployment_watch_asks_the_api_server_only_for_the_operators_deployments(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    settings = await started_settings(monkeypatch)
+    assert label_selector(settings, DEPLOYMENTS) == "app.kubernetes.io/managed-by=mcpg-operator"
+    assert label_selector(settings, RESOURCEWATCHES) == ""  # the operator's own kinds: every one matters

@@ -51,6 +51,8 @@ async def test_a_replaced_token_is_retired_only_after_the_rollout_carrying_its_r
 async def test_a_grace_period_keeps_the_old_token_after_the_rollout_and_asks_to_be_woken_when_it_ends(
     kube: FakeKube, clock: Clock
 ) -> None:
+    # Every Secret the namespace names exists, so no missing one asks to be looked for sooner (`references`).
+    kube.set_secret(NS, "mcpg-gateway-auth", **{"auth.yaml": "anonymous: {enabled: true}\n"})
     await rotated(kube, clock, grace=60)
     await run(kube, clock)
     kube.complete_rollout(NS)
