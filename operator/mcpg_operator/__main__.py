@@ -5,12 +5,16 @@ In this order, and why:
 1. Flags, then settings: a bad one exits 2 before anything starts; `--help` imports neither kopf nor a client.
 2. kopf's logging set-up (the flags `kopf run` takes for it), then /healthz, /readyz and /metrics
    (`--metrics-bind-address`): a standby has to answer its probes, and kopf serves none before it runs.
-3. Leader election (`leader`): wait to hold the Lease. A SIGTERM meanwhile exits 0.
+3. Leader election (`leader.Candidacy`): wait to hold the Lease. The elector runs on a thread of its own, with
+   its own event loop and API client, so no reconcile work here can hold a renewal back. A SIGTERM meanwhile
+   exits 0.
 4. kopf, standalone (the Lease, not kopf's peering, keeps it alone) on the configured namespaces, while the
-   Lease is renewed. kopf's handlers module is imported by name, once, as the installed package.
-5. Lease lost: kopf is cancelled at once and the process exits 1, so the kubelet restarts it as a standby
-   (controller-runtime does the same). SIGTERM: kopf stops gracefully, then the Lease is released, so a standby
-   takes over at its next try rather than after the lease duration; exit 0.
+   Lease is renewed. kopf's handlers module is imported by name, once, as the installed package. The memo kopf
+   hands the handlers carries the elector's fence: the reconciler's client asks it before every write.
+5. Lease lost: the passes are cancelled where they are (`handlers.halt`), kopf is cancelled at once and the
+   process exits 1, so the kubelet restarts it as a standby (controller-runtime does the same). SIGTERM: kopf
+   stops gracefully, then the Lease is released, so a standby takes over at its next try rather than after the
+   lease duration; exit 0.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import asyncio
 import logging
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,7 +128,7 @@ async def run(opts: Options, config: settings.OperatorSettings) -> int:
     server = await health.serve(*opts.bind, routes)
     try:
         if not config.leader_election.enabled:
-            return await _reconcile(opts, config, stopping, lease=None)
+            return await _reconcile(opts, config, stopping, _memo(), lease=None)
         return await _elect_and_reconcile(opts, config, stopping)
     finally:
         server.close()
@@ -153,56 +157,55 @@ def _on_signals(stop: Callable[[], None]) -> None:
 
 
 async def _elect_and_reconcile(opts: Options, config: settings.OperatorSettings, stopping: asyncio.Event) -> int:
-    from mcpg_operator import leader
+    from mcpg_operator import handlers, leader
     from mcpg_operator.kube import Kube
 
-    kube = await Kube.connect()
-    elector = leader.Elector(kube, config.leader_election)
-    lost = False
+    memo = _memo()
+    # The elector connects a client of its own, in its own loop, and without a fence: it writes to take the Lease.
+    candidacy = leader.Candidacy(config.leader_election, Kube.connect, on_lost=lambda: handlers.halt(memo))
+    memo.fence = candidacy.fence
+    candidacy.start()
     try:
-        if not await _first(elector.acquire(), stopping.wait()) or stopping.is_set():
+        if not await leader.first(candidacy.leading(), stopping.wait()) or stopping.is_set():
             return 0
-        lease = asyncio.create_task(elector.hold(), name="Lease renewal")
+        lease = asyncio.create_task(candidacy.lost(), name="Lease lost")
         try:
-            return await _reconcile(opts, config, stopping, lease)
+            return await _reconcile(opts, config, stopping, memo, lease)
         finally:
-            lost = lease.done()  # `hold` returns only when leadership is lost
             lease.cancel()
             await asyncio.gather(lease, return_exceptions=True)
     finally:
-        if not lost:  # a standby may have won a race it was cancelled in: `release` checks the holder
-            await elector.release()
-        await kube.close()
+        await candidacy.stop()  # it releases the Lease, unless it was lost
 
 
-async def _first(wanted: Awaitable[None], other: Awaitable[Any]) -> bool:
-    """Whether `wanted` finished before `other`; the loser is cancelled."""
-    first, second = asyncio.ensure_future(wanted), asyncio.ensure_future(other)
-    done, pending = await asyncio.wait({first, second}, return_when=asyncio.FIRST_COMPLETED)
-    for task in pending:
-        task.cancel()
-    await asyncio.gather(*pending, return_exceptions=True)
-    if first in done:
-        first.result()  # its error, if it failed
-        return True
-    return False
+def _memo() -> Any:
+    """kopf's operator-wide memo (a `kopf.Memo`): the startup handler's, shared with every other handler."""
+    import kopf
+
+    return kopf.Memo()
 
 
 async def _reconcile(
-    opts: Options, config: settings.OperatorSettings, stopping: asyncio.Event, lease: asyncio.Task[None] | None
+    opts: Options,
+    config: settings.OperatorSettings,
+    stopping: asyncio.Event,
+    memo: Any,
+    lease: asyncio.Task[None] | None,
 ) -> int:
     """Run kopf until SIGTERM (exit 0), the loss of `lease` (exit 1) or kopf's own end (exit 1)."""
     kopf_stop, started = asyncio.Event(), asyncio.Event()
     # Created before kopf, so kopf counts them as the caller's tasks rather than its own to stop.
     marker = asyncio.create_task(_mark_running(started, metrics.METRICS), name="reconciler started")
     stop_asked = asyncio.create_task(stopping.wait(), name="stop asked")
-    kopf_task = asyncio.create_task(_kopf(opts, config, kopf_stop, started, stopping.set), name="kopf")
+    kopf_task = asyncio.create_task(_kopf(opts, config, memo, kopf_stop, started, stopping.set), name="kopf")
     watched: set[asyncio.Task[Any]] = {kopf_task, stop_asked, *([lease] if lease else [])}
     try:
         while True:
             done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
             if lease in done:
-                logger.error("stopping the reconciler at once: this replica no longer holds the Lease")
+                # The passes were cancelled as the loss was reported (`handlers.halt`); kopf goes now.
+                error = None if lease.cancelled() else lease.exception()
+                logger.error("stopping the reconciler at once: this replica no longer holds the Lease", exc_info=error)
                 kopf_stop.set()  # so that kopf does not take the cancellation for a hang and arm its own SIGKILL
                 kopf_task.cancel()  # no graceful stop: another replica may be reconciling already
                 await asyncio.wait({kopf_task}, timeout=CANCEL_S)
@@ -226,6 +229,7 @@ async def _mark_running(started: asyncio.Event, recorder: metrics.Metrics) -> No
 async def _kopf(
     opts: Options,
     config: settings.OperatorSettings,
+    memo: Any,
     stop: asyncio.Event,
     started: asyncio.Event,
     on_signal: Callable[[], None],
@@ -235,7 +239,7 @@ async def _kopf(
 
     ours = asyncio.all_tasks()  # the caller's tasks (and this one): kopf waits for and stops only its own
     tasks = await kopf.spawn_tasks(
-        standalone=True, stop_flag=stop, ready_flag=started, **kopf_scope(opts, config.watch_namespaces)
+        standalone=True, stop_flag=stop, ready_flag=started, memo=memo, **kopf_scope(opts, config.watch_namespaces)
     )
     _on_signals(on_signal)  # kopf's replaced ours: a SIGTERM must still reach the caller, who stops kopf
     await kopf.run_tasks(tasks, ignored=ours)

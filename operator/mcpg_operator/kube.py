@@ -3,6 +3,8 @@
 Objects are written with server-side apply (one field manager), so re-applying the same desired object is a
 no-op and fields that others own (the Deployment controller's status, a user's labels) are left alone.
 `Client` is the interface the reconcile's read and write phases use; tests pass an in-memory fake of it.
+A client may be given a `Fence` (the leader's): every write then asks it first, so no write leaves a replica
+that no longer holds the Lease, whatever the caller is doing (the API server cannot tell a stale leader apart).
 """
 
 from __future__ import annotations
@@ -36,6 +38,21 @@ class NamespaceTerminating(Refused):
 REFUSED_STATUSES = frozenset({400, 403, 422})
 
 
+class NotLeading(BaseException):
+    """A write was not sent: this replica does not hold the Lease (or can no longer be sure it does).
+
+    A BaseException, as `asyncio.CancelledError` is, and for the same reason: it ends the work that met it, and no
+    isolation boundary (`except Exception`) may take it for a failure to report on a status or to retry.
+    """
+
+
+class Fence(Protocol):
+    """What a client asks before each write (`leader.Fence`): whether this replica still holds the Lease."""
+
+    def admit(self, method: str, path: str) -> None:
+        """Raise `NotLeading` unless this replica may write now; asked before every write, nothing awaited between."""
+
+
 class Client(Protocol):
     async def get(self, path: str) -> dict[str, Any] | None:
         """The object at `path`; None if there is none."""
@@ -57,18 +74,23 @@ class Client(Protocol):
 
 
 class Kube:
-    def __init__(self, api: client.ApiClient) -> None:
+    def __init__(self, api: client.ApiClient, fence: Fence | None = None) -> None:
+        """`fence`: asked before every write (None: every write is sent, as by the elector, which must write to
+        acquire the Lease)."""
         self.api = api
+        self._fence = fence
 
     @classmethod
-    async def connect(cls) -> Kube:
-        """In a pod, the mounted ServiceAccount; elsewhere $KUBECONFIG (read now, not at import time)."""
+    async def connect(cls, fence: Fence | None = None) -> Kube:
+        """In a pod, the mounted ServiceAccount; elsewhere $KUBECONFIG (read now, not at import time).
+
+        The client's HTTP session belongs to the event loop this is awaited in: each loop connects its own."""
         if os.environ.get("KUBERNETES_SERVICE_HOST"):
             config.load_incluster_config()  # type: ignore[no-untyped-call]  # the library ships no annotation
-            return cls(client.ApiClient())
+            return cls(client.ApiClient(), fence)
         cfg = client.Configuration()
         await config.load_kube_config(config_file=os.environ.get("KUBECONFIG"), client_configuration=cfg)
-        return cls(client.ApiClient(configuration=cfg))
+        return cls(client.ApiClient(configuration=cfg), fence)
 
     async def close(self) -> None:
         await self.api.close()
@@ -81,6 +103,8 @@ class Kube:
         query: list[tuple[str, str]] | None = None,
         ctype: str | None = None,
     ) -> Any:
+        if method != "GET" and self._fence is not None:
+            self._fence.admit(method, path)  # the last step before the request is handed to the transport
         headers = {"Accept": "application/json"}
         if ctype:
             headers["Content-Type"] = ctype

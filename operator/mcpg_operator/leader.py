@@ -16,14 +16,21 @@ Why not `kubernetes_asyncio.leaderelection` (36.1.0): it cannot release the Leas
 by the renew deadline, so a leader could go on reconciling after its Lease expired; an error other than
 `ApiException` escapes `run()` while the leading coroutine goes on running; it writes local times marked UTC and
 never counts leaseTransitions.
+
+Two pieces keep a replica that lost the Lease from writing. `Candidacy` runs the elector on a thread of its own,
+with its own event loop and API client, so no reconcile work (a CPU-bound pass over hundreds of watches) can hold
+a renewal back. `Fence` is what the reconciler's client asks before each write: it compares the time of the last
+renewal with the renew deadline itself, so it closes on time even when the elector has not noticed the loss yet.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import logging
 import math
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -32,6 +39,7 @@ from typing import Any, Protocol
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from mcpg_operator import metrics
+from mcpg_operator.kube import NotLeading
 from mcpg_operator.settings import LeaderElection
 
 logger = logging.getLogger(__name__)
@@ -48,6 +56,12 @@ class Store(Protocol):
     async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any] | None: ...
 
     async def merge_patch(self, path: str, body: dict[str, Any]) -> dict[str, Any] | None: ...
+
+
+class Connection(Store, Protocol):
+    """A `Store` of the elector's own (`kube.Kube` without a fence), closed when the elector ends."""
+
+    async def close(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +91,53 @@ def micro_time(ts: float) -> str:
     return datetime.datetime.fromtimestamp(ts, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+class Fence:
+    """Whether this replica may write now: it holds the Lease, and its last renewal is younger than the deadline.
+
+    The elector (on its own thread) says when it acquired or renewed the Lease, and when it lost it; the
+    reconciler's client asks `admit` before each write. The deadline is checked here, on the clock, not left to
+    the elector to notice: a renewal in flight or a thread not yet scheduled must not keep writes open past it.
+    The Lease outlives the deadline (`lease_s` > `renew_s`), which is the margin for a write already sent.
+    """
+
+    def __init__(
+        self, renew_s: float, lease: str, clock: Clock = time.monotonic, recorder: metrics.Metrics = metrics.METRICS
+    ) -> None:
+        self._renew_s, self._lease, self._clock, self._refused = renew_s, lease, clock, recorder.fenced_writes
+        # Written by the elector's thread, read by the reconciler's: one float (or None) per attribute, and in
+        # CPython an attribute's read or write is atomic, so a reader sees the old value or the new, never a mix.
+        self._renewed: float | None = None
+        """When (`clock`) the Lease was last acquired or renewed: the time of the try, which is before the API
+        server stored it, so the deadline counted from it errs early. None while it is not held."""
+        self._said = False
+        """Whether the refusal was logged since the Lease was last held: once, not once per write."""
+
+    def renewed(self, at: float) -> None:
+        self._renewed, self._said = at, False
+
+    def close(self) -> None:
+        self._renewed = None
+
+    def holds(self) -> bool:
+        renewed = self._renewed  # read once: the elector's thread may change it meanwhile
+        return renewed is not None and self._clock() < renewed + self._renew_s
+
+    def admit(self, method: str, path: str) -> None:
+        """Raise `kube.NotLeading` (counted; logged once) unless the Lease is held within its renew deadline."""
+        if self.holds():
+            return
+        self._refused.inc()
+        if not self._said:
+            self._said = True
+            logger.error(
+                "not sending %s %s, nor any write after it: this replica does not hold Lease %s",
+                method,
+                path,
+                self._lease,
+            )
+        raise NotLeading(f"{method} {path}: this replica does not hold Lease {self._lease}")
+
+
 class Elector:
     """One candidate for the Lease `config.lease_name` in `config.namespace`, as `config.identity`."""
 
@@ -88,13 +149,18 @@ class Elector:
         clock: Clock = time.monotonic,
         wall: Clock = time.time,
         sleep: Sleep = asyncio.sleep,
+        fence: Fence | None = None,
     ) -> None:
-        """`clock` times the Lease (monotonic), `wall` dates the Lease's record; tests pass their own."""
+        """`clock` times the Lease (monotonic), `wall` dates the Lease's record; tests pass their own. `fence`
+        (default: one of its own on `clock`) is opened while this candidate holds the Lease."""
         self._store, self._config, self._clock, self._wall, self._sleep = store, config, clock, wall, sleep
         self._collection = f"/apis/coordination.k8s.io/v1/namespaces/{config.namespace}/leases"
         self._path = f"{self._collection}/{config.lease_name}"
         self._status = recorder.leader.labels(config.lease_name)
+        self.fence = fence or Fence(config.renew_s, self._name(), clock, recorder)
         self.leading = False
+        self._renewed = -math.inf
+        """When (our clock) the try that last acquired or renewed the Lease began."""
         self._lead(False)
         self._observed: Record | None = None
         self._observed_at = 0.0
@@ -107,6 +173,7 @@ class Elector:
         tick = self._clock()
         while not await self._attempt(tick, self._config.renew_s):
             tick = await self._next(tick)
+        self._renewal(tick)
         self._lead(True)
         logger.info("%s leads: it holds Lease %s", self._config.identity, self._name())
 
@@ -115,15 +182,15 @@ class Elector:
 
         Lost: no renewal succeeded for the renew deadline, or another candidate is seen holding the Lease.
         """
-        renewed = tick = self._clock()
+        tick = self._clock()
         while True:
             tick = await self._next(tick)
-            left = renewed + self._config.renew_s - self._clock()
+            left = self._renewed + self._config.renew_s - self._clock()
             if left > 0 and await self._attempt(tick, left):
-                renewed = tick
+                self._renewal(tick)
                 continue
             holder = self._observed.holder if self._observed else None
-            if holder not in (None, self._config.identity) or self._clock() >= renewed + self._config.renew_s:
+            if holder not in (None, self._config.identity) or self._clock() >= self._renewed + self._config.renew_s:
                 self._lead(False)
                 why = f"held by {holder}" if holder not in (None, self._config.identity) else "renew deadline passed"
                 logger.error("%s lost Lease %s: %s", self._config.identity, self._name(), why)
@@ -146,7 +213,14 @@ class Elector:
 
     def _lead(self, leading: bool) -> None:
         self.leading = leading
+        if not leading:
+            self.fence.close()
         self._status.set(1 if leading else 0)
+
+    def _renewal(self, tick: float) -> None:
+        """The try at `tick` acquired or renewed the Lease: the renew deadline counts from then."""
+        self._renewed = tick
+        self.fence.renewed(tick)
 
     async def _next(self, tick: float) -> float:
         """Sleep until one retry period after `tick`: a fixed cadence, which a try that overran restarts from now
@@ -221,6 +295,130 @@ class Elector:
 
     def _name(self) -> str:
         return f"{self._config.namespace}/{self._config.lease_name}"
+
+
+Connect = Callable[[], Awaitable[Connection]]
+
+
+class Candidacy:
+    """The elector on a thread of its own, with its own event loop and its own API client (`connect` is awaited in
+    that loop: an HTTP session belongs to the loop it was made in), so that renewals never wait behind the
+    caller's loop, whatever runs there. Made, started and stopped from the caller's loop; what the elector has to
+    say comes back to that loop through `call_soon_threadsafe`, and `on_lost` is called there at once.
+    """
+
+    def __init__(
+        self,
+        config: LeaderElection,
+        connect: Connect,
+        on_lost: Callable[[], None] = lambda: None,
+        recorder: metrics.Metrics = metrics.METRICS,
+    ) -> None:
+        self._config, self._connect, self._on_lost, self._recorder = config, connect, on_lost, recorder
+        self.fence = Fence(config.renew_s, f"{config.namespace}/{config.lease_name}", recorder=recorder)
+        """For the caller's client: open while the Lease is held within its renew deadline."""
+        # The caller's loop waits on these; only that loop sets them (`_tell`).
+        self._acquired, self._gone, self._ended = asyncio.Event(), asyncio.Event(), asyncio.Event()
+        self._error: BaseException | None = None
+        self._stop_asked = False
+        self._stopping = asyncio.Event()  # the elector's loop waits on it
+        self._caller: asyncio.AbstractEventLoop | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        # A daemon: a thread stuck in a request must not keep the process alive once the caller has returned.
+        self._thread = threading.Thread(target=self._main, name=f"Lease {config.lease_name}", daemon=True)
+
+    def start(self) -> None:
+        self._caller, self._loop = asyncio.get_running_loop(), asyncio.new_event_loop()
+        self._thread.start()
+
+    async def leading(self) -> None:
+        """Return once this replica holds the Lease; raise what stopped the elector, if it stopped first."""
+        await first(self._acquired.wait(), self._gone.wait())
+        if not self._acquired.is_set():
+            raise self._error or RuntimeError("the elector stopped before it held the Lease")
+
+    async def lost(self) -> None:
+        """Return when this replica no longer holds the Lease (the elector stopped by itself); raise its error."""
+        await self._gone.wait()
+        if self._error is not None:
+            raise self._error
+
+    async def stop(self) -> None:
+        """Release the Lease unless it was lost, and end the thread (the caller's loop goes on meanwhile)."""
+        self._stop_asked = True
+        if self._loop is None:
+            return  # never started
+        with contextlib.suppress(RuntimeError):  # its loop is closed: the thread has ended already
+            self._loop.call_soon_threadsafe(self._stopping.set)
+        await self._ended.wait()
+        self._thread.join()  # it has nothing left to do but return
+
+    # --- on the elector's thread --------------------------------------------------------------------------------
+
+    def _main(self) -> None:
+        loop, error = self._loop, None
+        assert loop is not None  # set by `start`, before the thread runs
+        try:
+            loop.run_until_complete(self._run())
+        except Exception as e:  # thread boundary: what stopped the elector is for the caller to know
+            error = e
+        finally:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+            self._tell(self._finished, error)
+
+    async def _run(self) -> None:
+        store = await self._connect()
+        try:
+            await self._elect(Elector(store, self._config, self._recorder, fence=self.fence))
+        finally:
+            await store.close()
+
+    async def _elect(self, elector: Elector) -> None:
+        lost = False
+        try:
+            if not await first(elector.acquire(), self._stopping.wait()):
+                return
+            self._tell(self._acquired.set)
+            lost = await first(elector.hold(), self._stopping.wait())  # `hold` returns only when it is lost
+            if lost:
+                self._tell(self._lose)  # now, not after this thread has closed its client
+        finally:
+            if not lost:  # a standby may have won a race it was stopped in: `release` checks the holder
+                await elector.release()
+
+    def _tell(self, callback: Callable[..., None], *args: Any) -> None:
+        assert self._caller is not None  # set by `start`, before the thread runs
+        with contextlib.suppress(RuntimeError):  # the caller's loop is closed: nobody is listening any more
+            self._caller.call_soon_threadsafe(callback, *args)
+
+    # --- on the caller's loop -----------------------------------------------------------------------------------
+
+    def _lose(self) -> None:
+        if not self._gone.is_set():
+            self._gone.set()
+            if not self._stop_asked:
+                self._on_lost()
+
+    def _finished(self, error: BaseException | None) -> None:
+        self._error = error
+        self._lose()  # if it had not been lost: the elector stopped (on a stop, or an error), so nothing is held
+        self._ended.set()
+
+
+async def first(wanted: Awaitable[Any], other: Awaitable[Any]) -> bool:
+    """Whether `wanted` finished before `other`; the loser is cancelled (both are, if this is)."""
+    tasks = asyncio.ensure_future(wanted), asyncio.ensure_future(other)
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    if tasks[0] in done:
+        tasks[0].result()  # its error, if it failed
+        return True
+    return False
 
 
 def _conditional(lease: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:

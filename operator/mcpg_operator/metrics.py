@@ -174,6 +174,17 @@ class Metrics:
             ["name"],
             registry=registry,
         )
+        self.workqueue_depth = Gauge(
+            "workqueue_depth",
+            "Keys (namespaces) waiting for a turn to reconcile (MCPG_RECONCILE_CONCURRENCY), by controller.",
+            ["name"],
+            registry=registry,
+        )
+        self.fenced_writes = Counter(
+            "mcpg_operator_fenced_writes_total",
+            "Writes not sent because this replica did not hold the Lease (or could no longer be sure it did).",
+            registry=registry,
+        )
         self.reconciler_running = Gauge(
             "mcpg_operator_reconciler_running",
             "1 while this replica runs the reconciler (it leads, and its startup finished).",
@@ -220,6 +231,7 @@ class Metrics:
         self.reconcile_errors.labels(name)
         self.reconcile_time.labels(name)
         self.active_workers.labels(name)  # a new child starts at 0; never reset one that is counting
+        self.workqueue_depth.labels(name)
 
     def reconciled(self, result: str, seconds: float, controller: str = CONTROLLER) -> None:
         """One reconcile of `controller` ended with `result` (one of RESULTS) after `seconds`."""

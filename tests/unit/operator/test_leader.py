@@ -1,5 +1,7 @@
 """Leader election on a Lease, against an in-memory Lease API with the API server's optimistic concurrency, on a
-clock the test moves: who leads, when a standby takes over, and when a leader must stop.
+clock the test moves: who leads, when a standby takes over, and when a leader must stop. Then the elector on its
+own thread (`Candidacy`), on real time with short timings: renewals go on whatever the caller's loop does, and
+the caller's fence closes on time.
 
 The same elector runs against the real API server in tests/e2e/test_operator_ha.py.
 """
@@ -7,68 +9,28 @@ The same elector runs against the real API server in tests/e2e/test_operator_ha.
 from __future__ import annotations
 
 import asyncio
-import copy
-import itertools
-from collections.abc import Coroutine
+import threading
+import time
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import replace
 from typing import Any
 
 import pytest
-from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry
 
 from mcpg_operator import leader, metrics
+from mcpg_operator.kube import NotLeading
 from mcpg_operator.settings import LeaderElection
+from mcpg_testing import BOUND_S
+from mcpg_testing.leases import Leases
 
 NS, NAME = "ops", "mcpg-operator"
 PATH = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{NAME}"
 CONFIG = LeaderElection(namespace=NS, identity="a")  # 15 s lease, 10 s renew deadline, 2 s retry period
+FAST = replace(CONFIG, lease_s=1.5, renew_s=1.0, retry_s=0.1)
+"""For the elector on its own thread, on real time."""
 YIELDS = 10
 """Loop turns that let every woken task run to its next sleep (the fake API never suspends)."""
-
-
-class Leases:
-    """Lease objects by path: 409 for a create of an existing one or a patch naming a stale resourceVersion."""
-
-    def __init__(self) -> None:
-        self.objects: dict[str, dict[str, Any]] = {}
-        self.down = False
-        self._versions = itertools.count(1)
-
-    def _reachable(self) -> None:
-        if self.down:
-            raise ConnectionError("connection refused")
-
-    async def get(self, path: str) -> dict[str, Any] | None:
-        self._reachable()
-        return copy.deepcopy(self.objects.get(path))
-
-    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any] | None:
-        self._reachable()
-        target = f"{path}/{body['metadata']['name']}"
-        if target in self.objects:
-            return None
-        return self.store(target, body)
-
-    async def merge_patch(self, path: str, body: dict[str, Any]) -> dict[str, Any] | None:
-        self._reachable()
-        old = self.objects.get(path)
-        if old is None:
-            return None
-        if body["metadata"]["resourceVersion"] != old["metadata"]["resourceVersion"]:
-            raise ApiException(status=409, reason="Conflict")
-        spec = {k: v for k, v in {**old["spec"], **body["spec"]}.items() if v is not None}  # null removes a field
-        return self.store(path, {**old, "spec": spec})
-
-    def store(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        stored = copy.deepcopy(body)
-        stored["metadata"] = {**stored["metadata"], "resourceVersion": str(next(self._versions))}
-        self.objects[path] = stored
-        return copy.deepcopy(stored)
-
-    def spec(self) -> dict[str, Any]:
-        spec: dict[str, Any] = self.objects[PATH]["spec"]
-        return spec
 
 
 class Time:
@@ -221,7 +183,7 @@ async def test_a_leader_that_sees_another_holder_has_lost_at_once(
     a = candidate(leases, clock, recorder, "a")
     await a.acquire()
     renewing = await start(a.hold())
-    leases.store(PATH, {**leases.objects[PATH], "spec": {**leases.spec(), "holderIdentity": "intruder"}})
+    leases.take("intruder")
     await clock.advance(CONFIG.retry_s)
     assert renewing.done()
     assert not a.leading
@@ -246,3 +208,144 @@ async def test_release_leaves_a_lease_someone_else_holds_alone(
     await a.acquire()
     await b.release()
     assert leases.spec()["holderIdentity"] == "a"
+
+
+# --- the fence: the deadline is the clock's, not the elector's to notice ---------------------------------------
+
+
+async def test_the_fence_closes_once_the_renew_deadline_passes_without_a_renewal_before_the_elector_notices(
+    leases: Leases, clock: Time, recorder: metrics.Metrics
+) -> None:
+    a = candidate(leases, clock, recorder, "a")
+    await a.acquire()
+    renewing = await start(a.hold())
+    leases.down = True  # no renewal from now on: the last one was the acquisition, at 0 s
+    clock.now = CONFIG.renew_s - 0.01  # time passes, and the elector does not run (it sleeps until its next try)
+    a.fence.admit("PATCH", "/some/object")
+    clock.now = CONFIG.renew_s
+    assert a.leading, "the elector has noticed nothing yet"
+    with pytest.raises(NotLeading):
+        a.fence.admit("PATCH", "/some/object")
+    assert recorder.registry.get_sample_value("mcpg_operator_fenced_writes_total") == 1
+    renewing.cancel()
+
+
+async def test_the_fence_is_closed_before_the_lease_is_acquired_and_after_it_is_released(
+    leases: Leases, clock: Time, recorder: metrics.Metrics
+) -> None:
+    a = candidate(leases, clock, recorder, "a")
+    assert not a.fence.holds()
+    await a.acquire()
+    assert a.fence.holds()
+    await a.release()
+    assert not a.fence.holds()
+
+
+async def test_the_fence_closes_as_soon_as_another_holder_is_seen(
+    leases: Leases, clock: Time, recorder: metrics.Metrics
+) -> None:
+    a = candidate(leases, clock, recorder, "a")
+    await a.acquire()
+    renewing = await start(a.hold())
+    leases.take("intruder")
+    await clock.advance(CONFIG.retry_s)
+    assert renewing.done()
+    assert not a.fence.holds()  # well before the renew deadline
+
+
+# --- the elector on its own thread ------------------------------------------------------------------------------
+
+
+def connected(store: Leases) -> Callable[[], Awaitable[Leases]]:
+    async def connect() -> Leases:
+        assert threading.current_thread() is not threading.main_thread(), "connected in the caller's loop"
+        return store
+
+    return connect
+
+
+def busy(seconds: float) -> None:
+    """A CPU-bound pass: the calling loop runs nothing else for `seconds`."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
+async def test_a_renewal_succeeds_on_time_while_the_main_loop_is_blocked_by_a_cpu_bound_pass(
+    leases: Leases, recorder: metrics.Metrics
+) -> None:
+    candidacy = leader.Candidacy(FAST, connected(leases), recorder=recorder)
+    candidacy.start()
+    try:
+        async with asyncio.timeout(BOUND_S):
+            await candidacy.leading()
+        before = leases.writes
+        busy(2 * FAST.renew_s)  # twice the renew deadline, without one await
+        assert candidacy.fence.holds(), "no renewal within the renew deadline while the loop was blocked"
+        assert leases.writes >= before + 2
+        assert leases.spec()["holderIdentity"] == "a"
+        assert status(recorder) == 1
+    finally:
+        await candidacy.stop()
+
+
+async def test_a_lost_lease_is_told_on_the_callers_loop_and_left_to_its_new_holder(
+    leases: Leases, recorder: metrics.Metrics
+) -> None:
+    told: list[threading.Thread] = []
+    candidacy = leader.Candidacy(FAST, connected(leases), lambda: told.append(threading.current_thread()), recorder)
+    candidacy.start()
+    async with asyncio.timeout(BOUND_S):
+        await candidacy.leading()
+        leases.take("intruder")
+        await candidacy.lost()
+    assert told == [threading.current_thread()]
+    assert not candidacy.fence.holds()
+    await candidacy.stop()
+    assert leases.spec()["holderIdentity"] == "intruder"  # not released: not its own any more
+    assert leases.closed
+    assert told == [threading.current_thread()], "told once"
+
+
+async def test_stopping_a_leading_candidacy_releases_the_lease_and_closes_the_fence(
+    leases: Leases, recorder: metrics.Metrics
+) -> None:
+    told: list[threading.Thread] = []
+    candidacy = leader.Candidacy(FAST, connected(leases), lambda: told.append(threading.current_thread()), recorder)
+    candidacy.start()
+    async with asyncio.timeout(BOUND_S):
+        await candidacy.leading()
+        await candidacy.stop()
+    assert "holderIdentity" not in leases.spec()
+    assert not candidacy.fence.holds()
+    assert status(recorder) == 0
+    assert (leases.closed, told) == (True, []), "a stop asked for is not a loss"
+
+
+async def test_a_standby_stopped_while_it_waits_leaves_the_lease_to_its_holder(
+    leases: Leases, recorder: metrics.Metrics
+) -> None:
+    other = leader.Elector(leases, replace(FAST, identity="b", lease_s=3600), metrics.Metrics(CollectorRegistry()))
+    await other.acquire()
+    leases.read.clear()
+    candidacy = leader.Candidacy(FAST, connected(leases), recorder=recorder)
+    candidacy.start()
+    async with asyncio.timeout(BOUND_S):
+        assert await asyncio.to_thread(leases.read.wait, BOUND_S), "the standby never read the Lease"
+        await candidacy.stop()
+    assert leases.spec()["holderIdentity"] == "b"
+    assert not candidacy.fence.holds()
+
+
+async def test_an_elector_that_cannot_connect_ends_the_candidacy_with_its_error(recorder: metrics.Metrics) -> None:
+    async def unreachable() -> Leases:
+        raise ConnectionError("no API server")
+
+    told: list[str] = []
+    candidacy = leader.Candidacy(FAST, unreachable, lambda: told.append("lost"), recorder)
+    candidacy.start()
+    async with asyncio.timeout(BOUND_S):
+        with pytest.raises(ConnectionError, match="no API server"):
+            await candidacy.leading()
+        await candidacy.stop()
+    assert told == ["lost"]
