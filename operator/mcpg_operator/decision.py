@@ -13,11 +13,14 @@ tested the way rotation.py's state machine is. The steps, in order:
    has it promoted and the old value starts retiring; a Secret (or key) that is gone revokes the token.
 3. Render the configuration from those states (`render.plan`: only what the gateway would start on).
 4. Rollout. If the Deployment as read runs exactly that configuration and its rollout is complete, every pod
-   accepts every token in it. A token that is in no rendered configuration needs no rollout at all.
+   accepts every token in it. A watch's status asks less: does every available pod serve its own entry? So
+   editing one watch leaves the others' statuses as they are, and a pass patches only what changed. A token
+   that is in no rendered configuration needs no rollout at all.
 5. Retire what is due (its replacement rolled out, plus the grace period); if anything was, render again. The
    configuration rendered last is the one applied, once.
 6. Statuses, Events, and the writes that make the namespace match (only where it does not already). With a
-   managed bus (`bus.Wiring`), that includes the namespace's bus credentials Secret: created once, never changed.
+   managed bus (`bus.Wiring`), that includes the namespace's bus credentials Secret: its derived password, put
+   back if anyone changes it.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from mcpg_operator import (
     gateway_settings,
     objects,
     observed,
+    references,
     render,
     rotation,
     statuses,
@@ -83,7 +87,8 @@ def decide(
     shaped = shaped or gateway_settings.Shape(defaults)
     secrets = snap.secret_data()
     sources = {t.name: tokens.source(t.spec, secrets) for t in snap.tokens}
-    serving = _serving(snap)
+    configs = [render.parse_config(text) for text in snap.serving_configs()]
+    serving = [render.tokens_by_entry(config) if config is not None else None for config in configs]
     pinned = {t.name: _pinned(snap, t.name, serving) for t in snap.tokens}
     generated, retried = _generated_secrets(snap, sources, new_token)
     if generated:
@@ -94,12 +99,14 @@ def decide(
     states, plan = _rotate(snap, sources, promoted, defaults, now, wiring)
     rolled_out = _runs(snap.deployment, plan)
     views = {t.name: _view(snap, t.name, states[t.name], plan, serving) for t in snap.tokens}
-    status_by_ref, status_writes = _statuses(snap, sources, states, views, plan, rolled_out, now)
+    entries = [render.entry_hashes(config) if config is not None else None for config in configs]
+    status_by_ref, status_writes = _statuses(snap, sources, states, views, plan, entries, now)
     evts = _events(snap, edits, recovered, states, status_by_ref)
     posts = [w.PostEvent(events.body(snap.namespace, e, now)) for e in evts]
-    gateway = _gateway(snap, plan, defaults, wiring, new_token, rolled_out, shaped)
+    gateway = _gateway(snap, plan, defaults, wiring, rolled_out, shaped)
     status_writes += _mcp_gateway(snap, shaped, now, status_by_ref)
     todo = [*retried, *_state_writes(snap, states), *gateway, *status_writes, *posts]
+    todo += references.writes(snap)  # the label that lets the Secret watch see what this pass needs
     return Decision(
         states=states,
         plan=plan,
@@ -107,7 +114,7 @@ def decide(
         events=evts,
         writes=w.in_order(todo),
         rollout_complete=rolled_out,
-        next_check_s=_next_check(states, sources, now),
+        next_check_s=references.next_check(_next_check(states, sources, now), snap, now),
         rerun=False,
         bus_account=_bus_account(snap, todo),
     )
@@ -160,12 +167,6 @@ def _generated_secrets(
         create = w.CreateObject(w.Stage.TOKEN_SECRETS, w.Ref("secrets", spec.secret_ref.name), body, about=t.id)
         (retried if statuses.refused_before(t.status) else fresh)[spec.secret_ref.name] = create
     return list(fresh.values()), list(retried.values())
-
-
-def _serving(snap: observed.Snapshot) -> list[dict[str, frozenset[str]] | None]:
-    """For each ReplicaSet with an available pod: resource name -> the tokens its pods accept (None: unknown)."""
-    configs = [render.parse_config(text) for text in snap.serving_configs()]
-    return [render.tokens_by_entry(config) if config is not None else None for config in configs]
 
 
 def _pinned(
@@ -262,19 +263,33 @@ def _gateway(
     plan: render.Plan,
     defaults: GatewayDefaults,
     wiring: bus.Wiring | None,
-    new_token: Callable[[], str],
     rolled_out: bool,
     shaped: gateway_settings.Shape,
 ) -> list[w.Write]:
     if not snap.watches:
         return []  # without a ResourceWatch there is no gateway: garbage collection removes its objects
     owners = objects.owner_references([(rw.name, rw.id.uid) for rw in snap.watches])
-    return [
-        *_bus_credentials(snap, wiring, owners, new_token, rolled_out),
-        *_gateway_writes(snap, plan, defaults, wiring, owners, shaped.service_annotations),
-        *gateway_policy.writes(snap, shaped, owners, plan.config, wiring),
-        *_collectable(snap, plan),
-    ]
+    return _service_last(
+        [
+            *_bus_credentials(snap, wiring, owners, rolled_out),
+            *_gateway_writes(snap, plan, defaults, wiring, owners, shaped.service_annotations),
+            *gateway_policy.writes(snap, shaped, owners, plan.config, wiring),
+            *_collectable(snap, plan),
+        ]
+    )
+
+
+def _service_last(todo: list[w.Write]) -> list[w.Write]:
+    """`todo` with the gateway Service's apply after every other write of the gateway's objects, deletions included.
+
+    A refused write ends the pass, and the Service is the object the API server refuses for reasons outside the
+    namespace (a fixed node port another namespace holds, a quota on node ports): behind it, a deleted McpGateway's
+    replicas, resources and budget would stay as it left them. No other write needs the Service first.
+    """
+    service = w.Ref("services", objects.NAME)
+    last = [x for x in todo if isinstance(x, w.ApplyObject) and x.ref == service]
+    rest = [x for x in todo if not (isinstance(x, w.ApplyObject) and x.ref == service)]
+    return [*rest, *(w.ApplyObject(w.Stage.COLLECT, x.ref, x.body) for x in last)]
 
 
 def _gateway_writes(
@@ -326,25 +341,36 @@ def _bus_credentials(
     snap: observed.Snapshot,
     wiring: bus.Wiring | None,
     owners: list[dict[str, Any]],
-    new_token: Callable[[], str],
     rolled_out: bool,
 ) -> list[w.Write]:
-    """The namespace's managed bus credentials: created once (never overwritten), kept owned by every watch.
+    """The namespace's managed bus credentials: the pods' copy of its derived password, kept owned by every watch.
 
     Decided before the Deployment in the same stage, so the Secret exists before a pod template refers to it.
-    One the namespace no longer uses (one replica, or an external bus) is deleted once every pod runs the
-    configuration without it: until then a restarting container of an older pod still reads it.
+    The name is the operator's: a Secret of that name holding anything else (a tenant's edit, or one written
+    before the operator made it) is replaced, so that the pods get the password the server has. One the
+    namespace no longer uses (one replica, or an external bus) is deleted once every pod runs the configuration
+    without it: until then a restarting container of an older pod still reads it.
     """
     ref = w.Ref("secrets", bus.CREDENTIALS_SECRET)
     existing = snap.secret(ref.name)
-    if not _managed(wiring):
+    if not _managed(wiring) or wiring is None or wiring.password is None:
         return [w.DeleteObject(ref)] if _has_bus_secret(snap) and rolled_out else []
+    body = bus.credentials_secret(snap.namespace, wiring.password, owners)
     if existing is None:
-        return [w.CreateObject(w.Stage.GATEWAY, ref, bus.credentials_secret(snap.namespace, new_token(), owners))]
-    if _has_bus_secret(snap) and existing.owner_uids != {o["uid"] for o in owners}:
+        return [w.CreateObject(w.Stage.GATEWAY, ref, body)]
+    if not _holds(existing, snap.namespace, wiring.password):
+        return [w.ApplyObject(w.Stage.GATEWAY, ref, body)]
+    if existing.owner_uids != {o["uid"] for o in owners}:
         # As for the configuration Secret: owned by one watch only, it would go with that watch.
         return [w.MergePatch(w.Stage.GATEWAY, ref, {"metadata": {"ownerReferences": owners}})]
     return []
+
+
+def _holds(secret: observed.Secret, namespace: str, password: str) -> bool:
+    """The credentials Secret is the operator's, as made: its label, the account's user and the password."""
+    wanted = {bus.USER_KEY: bus.account_user(namespace), bus.PASSWORD_KEY: password}
+    labelled = all(secret.labels.get(k) == "true" for k in (bus.CREDENTIALS_LABEL, objects.WATCHED_LABEL))
+    return labelled and secret.data == wanted
 
 
 def _bus_account(snap: observed.Snapshot, todo: Sequence[w.Write]) -> bool:
@@ -394,16 +420,19 @@ def _statuses(
     states: States,
     views: dict[str, statuses.TokenView],
     plan: render.Plan,
-    rolled_out: bool,
+    serving: list[dict[str, str] | None],
     now: float,
 ) -> tuple[dict[w.Ref, dict[str, Any]], list[w.Write]]:
     decided: dict[w.Ref, tuple[dict[str, Any], dict[str, Any]]] = {}
     stalled = snap.deployment.stalled if snap.deployment is not None else None
     gateway = statuses.Gateway(snap.namespace, plan.clients_problem)
+    desired = render.entry_hashes(plan.config)
     for rw in snap.watches:
         secret = _token_secret(rw, sources)
         verdict = plan.verdicts[rw.name]
-        status = statuses.watch_status(rw, verdict, plan.hash, rolled_out, now, stalled, gateway, secret)
+        entry = desired.get(_entry_name(rw), "")
+        rolled_out = bool(serving) and all(by is not None and by.get(_entry_name(rw)) == entry for by in serving)
+        status = statuses.watch_status(rw, verdict, entry, rolled_out, now, stalled, gateway, secret)
         decided[w.Ref("resourcewatches", rw.name, GROUP)] = (rw.status, status)
     for t in snap.tokens:
         status = statuses.token_status(t, sources[t.name], states[t.name], views[t.name], now, gateway)

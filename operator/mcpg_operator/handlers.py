@@ -4,6 +4,8 @@ All handlers are `on.event` handlers on purpose: they store nothing on the objec
 Secret data can never be copied into an annotation) and add no finalizers; the reconcile they request is
 level-based and idempotent, and a periodic resync covers any event that was missed. They also keep Secret data out
 of kopf's own log: its change handlers (`on.create`/`on.update`/...) log the whole body and diff at DEBUG.
+The Secret and Deployment watches are filtered by the API server (`watch_only_what_is_needed`): only Secrets
+labelled for the operator (`references`) and its own Deployments reach the process at all.
 
 With a managed bus (gateway replicas above 1), a second scheduler runs the cluster-wide bus step
 (`bus_reconcile`) under one key: at start, on every resync, when a bus credentials Secret changes, and after a
@@ -21,15 +23,20 @@ from typing import Any
 
 import kopf
 
-from mcpg_operator import bus, bus_reconcile, metrics, objects, reconcile, settings, tokens
+from mcpg_operator import bus, bus_reconcile, metrics, objects, reconcile, references, settings, tokens
+from mcpg_operator.bus_key import BusKey
 from mcpg_operator.kube import Client, Kube
-from mcpg_operator.scheduler import After, Scheduler
+from mcpg_operator.scheduler import After, Scheduler, Turns
 
 logger = logging.getLogger(__name__)
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 OPERATOR = objects.MANAGED[MANAGED_BY]
 """The `managed-by` value on what the operator creates; no other tool sets it."""
+GATEWAY_DEPLOYMENTS = f"{MANAGED_BY}={OPERATOR}"
+"""The Deployment watch's server-side selector: the operator's own (a pod template can hold inline values too)."""
+LIST_CHUNK = 100
+"""Objects per page of a watch's initial list: at most one page of (labelled) Secrets is held at a time."""
 BODY_LOGGERS = ("kubernetes_asyncio.client.rest",)
 """Loggers that write whole API response bodies (Secret data included, base64 being no protection) at DEBUG."""
 
@@ -55,8 +62,21 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     # No handler here stores state on objects, but keep kopf's markers under our prefix if it ever does.
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="mcpg.dev", ignored_fields=["data"])
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="mcpg.dev")
+    watch_only_what_is_needed(settings)
     quiet_body_loggers()
     await _start(memo, _operator_settings())
+
+
+def watch_only_what_is_needed(settings: kopf.OperatorSettings) -> None:
+    """Filter the Secret and Deployment watches on the API server, so nothing else ever reaches the process.
+
+    A `when=`/`labels=` filter is applied by kopf after the event arrived: every Secret of the cluster, data and
+    all, would still stream through. The Secret watch selects `references.SELECTOR`, which every Secret whose
+    change matters carries (`references` puts it there); the Deployment watch, the operator's own Deployments.
+    """
+    settings.watching.label_selectors["", "v1", "secrets"] = references.SELECTOR
+    settings.watching.label_selectors["apps", "v1", "deployments"] = GATEWAY_DEPLOYMENTS
+    settings.watching.chunk_size = LIST_CHUNK
 
 
 def quiet_body_loggers() -> None:
@@ -76,37 +96,44 @@ def _operator_settings() -> settings.OperatorSettings:
 
 
 async def _start(memo: kopf.Memo, config: settings.OperatorSettings) -> None:
-    start(memo, await Kube.connect(), config)
+    # `mcpg-operator` puts the leader's fence on the memo it gives kopf: every write of the reconciler asks it.
+    start(memo, await Kube.connect(fence=memo.get("fence")), config)
 
 
 def start(memo: kopf.Memo, kube: Client, config: settings.OperatorSettings) -> None:
     """The schedulers and the resync, kept on `memo` for the handlers; `stop` stops them."""
     memo.kube = kube
-    memo.bus = bus_scheduler(kube, config)
+    key = BusKey(kube, config.bus.namespace)  # one per process: every pass derives the same passwords
+    turns = Turns(config.reconcile_concurrency)  # one bound over every namespace's pass and the bus step's
+    memo.bus = bus_scheduler(kube, config, key, turns)
     after = follow_bus_accounts(memo.bus, config.bus.namespace) if memo.bus else None
 
     def run(namespace: str) -> Awaitable[reconcile.Outcome]:
-        return reconcile.reconcile(kube, namespace, config.gateway, bus_settings=config.bus)
+        return reconcile.reconcile(kube, namespace, config.gateway, bus_settings=config.bus, bus_key=key)
 
-    memo.scheduler = Scheduler(run, settle_s=config.settle_s, after=after)
-    memo.leftovers = leftover_bus_removal(kube, config)
+    memo.scheduler = Scheduler(run, settle_s=config.settle_s, after=after, turns=turns)
+    memo.leftovers = leftover_bus_removal(kube, config, turns)
     for at_start in filter(None, (memo.bus, memo.leftovers)):  # at most one of them: `bus.runs_server` decides
         at_start.request(config.bus.namespace)
     memo.resync = asyncio.create_task(_resync([memo.scheduler, *([memo.bus] if memo.bus else [])], config.resync_s))
 
 
-def bus_scheduler(kube: Client, config: settings.OperatorSettings) -> Scheduler | None:
+def bus_scheduler(
+    kube: Client, config: settings.OperatorSettings, key: BusKey | None = None, turns: Turns | None = None
+) -> Scheduler | None:
     """The scheduler of the cluster-wide bus step, keyed by the bus namespace; None unless a managed bus is used."""
     if not bus.runs_server(config.bus, config.gateway.replicas):
         return None
 
     def run(_: str) -> Awaitable[reconcile.Outcome]:
-        return bus_reconcile.reconcile(kube, config.bus, config.watch_namespaces)
+        return bus_reconcile.reconcile(kube, config.bus, config.watch_namespaces, config.gateway, key)
 
-    return Scheduler(run, settle_s=config.settle_s, controller=metrics.BUS_CONTROLLER)
+    return Scheduler(run, settle_s=config.settle_s, controller=metrics.BUS_CONTROLLER, turns=turns)
 
 
-def leftover_bus_removal(kube: Client, config: settings.OperatorSettings) -> Scheduler | None:
+def leftover_bus_removal(
+    kube: Client, config: settings.OperatorSettings, turns: Turns | None = None
+) -> Scheduler | None:
     """The scheduler that removes a managed server left over: requested once, at start (so only by the replica
     holding the Lease: kopf starts after it), never on resync. None while the server is in use, or when no bus
     namespace is known (run by hand without POD_NAMESPACE)."""
@@ -116,7 +143,7 @@ def leftover_bus_removal(kube: Client, config: settings.OperatorSettings) -> Sch
     def run(namespace: str) -> Awaitable[reconcile.Outcome]:
         return bus_reconcile.remove_leftovers(kube, namespace)
 
-    return Scheduler(run, controller=metrics.BUS_CONTROLLER)
+    return Scheduler(run, controller=metrics.BUS_CONTROLLER, turns=turns)
 
 
 def follow_bus_accounts(bus_runs: Scheduler, key: str) -> After:
@@ -146,6 +173,15 @@ async def stop(memo: kopf.Memo) -> None:
     for other in filter(None, (memo.bus, memo.leftovers)):
         await other.close()
     await memo.kube.close()
+
+
+def halt(memo: kopf.Memo) -> None:
+    """Cancel the resync and every pass now, waiting for nothing (this replica lost the Lease: another may be
+    reconciling already); a no-op before `start`. `stop` (kopf's cleanup) still closes what `start` opened."""
+    if "resync" in memo:
+        memo.resync.cancel()
+    for scheduler in filter(None, (memo.get("scheduler"), memo.get("bus"), memo.get("leftovers"))):
+        scheduler.halt()
 
 
 async def _resync(schedulers: list[Scheduler], every_s: float) -> None:
@@ -178,7 +214,9 @@ async def mcpgateway_event(namespace: str | None, memo: kopf.Memo, **_: Any) -> 
 def reacts_to_secret(labels: Mapping[str, str]) -> bool:
     """Whether a Secret with these labels can change a reconcile's outcome.
 
-    Only the operator's own output is skipped, and only by a label value nobody else sets: a user's Secret may well
+    The API server sends only Secrets labelled `references.SELECTOR` (`watch_only_what_is_needed`); a tenant may
+    put that label on anything of theirs, so this stays the filter of what starts a pass. Only the operator's
+    own output is skipped, and only by a label value nobody else sets: a user's Secret may well
     carry `app.kubernetes.io/managed-by` (Helm sets it), and must still be reacted to. Of the operator's own
     Secrets, the configuration Secrets are pure output, but a rotation-state Secret is an input: if one is lost or
     edited, the next reconcile must see it at once, not at the next resync. So are bus credentials: the managed

@@ -8,11 +8,12 @@ The order, and why:
    a configuration is rendered from, so after a restart a promotion is neither repeated nor lost, and a
    retirement is never rolled out without being recorded.
 3. `GATEWAY`: the bus credentials Secret (managed bus) and the configuration Secret (immutable, named by its
-   content hash), so both exist before any pod template names them, then the ServiceAccount, the Service and the
+   content hash), so both exist before any pod template names them, then the ServiceAccount and the
    Deployment (server-side apply).
 4. `COLLECT`: configuration Secrets that neither the applied template, the template as read, nor any
    ReplicaSet mounts, and bus credentials no longer used. After the Deployment, so a Secret is never deleted
-   before the template stops naming it.
+   before the template stops naming it. The Service last of all (`decision._service_last`): the API server may
+   refuse it for reasons outside the namespace (a node port another holds), and nothing must wait behind it.
 5. `STATUS`: status merge-patches of ResourceWatches and WebhookTokens, once what they report has been written.
 6. `EVENTS`: Events last, so an Event never announces a change that a failed write did not make.
 
