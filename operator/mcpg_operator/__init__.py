@@ -5,8 +5,8 @@ Module map:
     __main__     `mcpg-operator`: flags and settings (exit 2 if unusable), probes and /metrics, wait to lead, then
                  kopf in this process on `handlers`; stop at once if the Lease is lost, release it on SIGTERM
     leader       leader election on a coordination.k8s.io Lease: one replica reconciles, the others stand by;
-                 the elector runs on a thread of its own, and its `Fence` refuses any write once the Lease is
-                 not held within its renew deadline
+                 its `Fence` refuses any write once the Lease is not held within its renew deadline;
+                 `candidacy`: the elector on a thread of its own, so renewals never wait behind reconcile work
     health       /healthz, /readyz and /metrics, served from the process's start (a standby answers its probes)
     metrics      the Prometheus registry: controller-runtime's reconcile and leader families, mcpg_operator_*
     handlers     kopf wiring only: every event asks for a reconcile of its namespace

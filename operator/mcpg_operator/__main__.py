@@ -5,7 +5,7 @@ In this order, and why:
 1. Flags, then settings: a bad one exits 2 before anything starts; `--help` imports neither kopf nor a client.
 2. kopf's logging set-up (the flags `kopf run` takes for it), then /healthz, /readyz and /metrics
    (`--metrics-bind-address`): a standby has to answer its probes, and kopf serves none before it runs.
-3. Leader election (`leader.Candidacy`): wait to hold the Lease. The elector runs on a thread of its own, with
+3. Leader election (`candidacy.Candidacy`): wait to hold the Lease. The elector runs on a thread of its own, with
    its own event loop and API client, so no reconcile work here can hold a renewal back. A SIGTERM meanwhile
    exits 0.
 4. kopf, standalone (the Lease, not kopf's peering, keeps it alone) on the configured namespaces, while the
@@ -157,25 +157,25 @@ def _on_signals(stop: Callable[[], None]) -> None:
 
 
 async def _elect_and_reconcile(opts: Options, config: settings.OperatorSettings, stopping: asyncio.Event) -> int:
-    from mcpg_operator import handlers, leader
+    from mcpg_operator import candidacy, handlers
     from mcpg_operator.kube import Kube
 
     memo = _memo()
     # The elector connects a client of its own, in its own loop, and without a fence: it writes to take the Lease.
-    candidacy = leader.Candidacy(config.leader_election, Kube.connect, on_lost=lambda: handlers.halt(memo))
-    memo.fence = candidacy.fence
-    candidacy.start()
+    running = candidacy.Candidacy(config.leader_election, Kube.connect, on_lost=lambda: handlers.halt(memo))
+    memo.fence = running.fence
+    running.start()
     try:
-        if not await leader.first(candidacy.leading(), stopping.wait()) or stopping.is_set():
+        if not await candidacy.first(running.leading(), stopping.wait()) or stopping.is_set():
             return 0
-        lease = asyncio.create_task(candidacy.lost(), name="Lease lost")
+        lease = asyncio.create_task(running.lost(), name="Lease lost")
         try:
             return await _reconcile(opts, config, stopping, memo, lease)
         finally:
             lease.cancel()
             await asyncio.gather(lease, return_exceptions=True)
     finally:
-        await candidacy.stop()  # it releases the Lease, unless it was lost
+        await running.stop()  # it releases the Lease, unless it was lost
 
 
 def _memo() -> Any:

@@ -1,7 +1,7 @@
 """An in-memory Lease API with the API server's optimistic concurrency, for the elector (`leader.Store`).
 
 A create of an existing Lease answers None, a patch naming a stale resourceVersion 409, as the API server does.
-Safe across threads: `leader.Candidacy` runs the elector on a thread of its own while the test, from its own
+Safe across threads: `candidacy.Candidacy` runs the elector on a thread of its own while the test, from its own
 loop, looks on or plays another candidate; each call is one step under one lock, as the API server's storage is.
 """
 

@@ -19,6 +19,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from mcpg_operator import leader, metrics
+from mcpg_operator.candidacy import Candidacy
 from mcpg_operator.kube import NotLeading
 from mcpg_operator.settings import LeaderElection
 from mcpg_testing import BOUND_S
@@ -274,7 +275,7 @@ def busy(seconds: float) -> None:
 async def test_a_renewal_succeeds_on_time_while_the_main_loop_is_blocked_by_a_cpu_bound_pass(
     leases: Leases, recorder: metrics.Metrics
 ) -> None:
-    candidacy = leader.Candidacy(FAST, connected(leases), recorder=recorder)
+    candidacy = Candidacy(FAST, connected(leases), recorder=recorder)
     candidacy.start()
     try:
         async with asyncio.timeout(BOUND_S):
@@ -293,7 +294,7 @@ async def test_a_lost_lease_is_told_on_the_callers_loop_and_left_to_its_new_hold
     leases: Leases, recorder: metrics.Metrics
 ) -> None:
     told: list[threading.Thread] = []
-    candidacy = leader.Candidacy(FAST, connected(leases), lambda: told.append(threading.current_thread()), recorder)
+    candidacy = Candidacy(FAST, connected(leases), lambda: told.append(threading.current_thread()), recorder)
     candidacy.start()
     async with asyncio.timeout(BOUND_S):
         await candidacy.leading()
@@ -311,7 +312,7 @@ async def test_stopping_a_leading_candidacy_releases_the_lease_and_closes_the_fe
     leases: Leases, recorder: metrics.Metrics
 ) -> None:
     told: list[threading.Thread] = []
-    candidacy = leader.Candidacy(FAST, connected(leases), lambda: told.append(threading.current_thread()), recorder)
+    candidacy = Candidacy(FAST, connected(leases), lambda: told.append(threading.current_thread()), recorder)
     candidacy.start()
     async with asyncio.timeout(BOUND_S):
         await candidacy.leading()
@@ -328,7 +329,7 @@ async def test_a_standby_stopped_while_it_waits_leaves_the_lease_to_its_holder(
     other = leader.Elector(leases, replace(FAST, identity="b", lease_s=3600), metrics.Metrics(CollectorRegistry()))
     await other.acquire()
     leases.read.clear()
-    candidacy = leader.Candidacy(FAST, connected(leases), recorder=recorder)
+    candidacy = Candidacy(FAST, connected(leases), recorder=recorder)
     candidacy.start()
     async with asyncio.timeout(BOUND_S):
         assert await asyncio.to_thread(leases.read.wait, BOUND_S), "the standby never read the Lease"
@@ -342,7 +343,7 @@ async def test_an_elector_that_cannot_connect_ends_the_candidacy_with_its_error(
         raise ConnectionError("no API server")
 
     told: list[str] = []
-    candidacy = leader.Candidacy(FAST, unreachable, lambda: told.append("lost"), recorder)
+    candidacy = Candidacy(FAST, unreachable, lambda: told.append("lost"), recorder)
     candidacy.start()
     async with asyncio.timeout(BOUND_S):
         with pytest.raises(ConnectionError, match="no API server"):
