@@ -59,11 +59,14 @@ def settings(namespace: str, lease: str) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def session_operators_paused(operators: OperatorReplicas) -> Iterator[None]:
+def session_operators_paused(plane: ControlPlane, operators: OperatorReplicas, namespace: str) -> Iterator[None]:
+    """The session's replicas stopped for the block; started again once the block's watches are gone, so that
+    they do not render a gateway of 300 watches (three real pods) while the later tests run."""
     operators.stop()
     try:
         yield
     finally:
+        plane.kubectl("-n", namespace, "delete", "resourcewatches", "--all", "--wait=true", f"--timeout={BOUND_S}s")
         operators.start()
 
 
@@ -150,7 +153,7 @@ def test_a_busy_namespace_costs_no_lease_no_write_after_a_loss_and_patches_only_
     name = f"load-{namespace}"
     names = [f"w{i:03d}" for i in range(WATCHES)]
     with (
-        session_operators_paused(operators),
+        session_operators_paused(control_plane, operators, namespace),
         replicas(control_plane, operator_env, tmp_path, settings(namespace, name)) as processes,
     ):
         control_plane.kubectl("-n", namespace, "apply", "-f", "-", stdin=watch_list(names))
