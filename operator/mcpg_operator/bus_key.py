@@ -3,8 +3,9 @@
 One Secret, `mcpg-bus-key`, that only the operator's namespace holds: tenants can neither read nor write it, so
 no tenant can choose or learn another's password. It is created by whichever pass needs it first (a namespace
 pass deriving its password, or the bus step) and read once per process: the namespace passes and the bus step
-must derive the same passwords, and two operator replicas read the same Secret. Deleting it makes a new key:
-every namespace's password changes, and its gateway pods roll to the new one (`bus.DIGEST_ENV`).
+must derive the same passwords, and two operator replicas read the same Secret. Deleting it makes a new key
+when the operator next starts (a running one keeps the key it read): every namespace's password changes then,
+and its gateway pods roll to the new one (`bus.DIGEST_ENV`).
 """
 
 from __future__ import annotations

@@ -178,7 +178,7 @@ async def test_a_leader_that_cannot_renew_for_the_renew_deadline_has_lost(
     assert status(recorder) == 0
 
 
-async def test_a_leader_that_sees_another_holder_has_lost_at_once(
+async def test_a_leader_that_sees_another_holder_has_lost_at_once_and_its_fence_closes(
     leases: Leases, clock: Time, recorder: metrics.Metrics
 ) -> None:
     a = candidate(leases, clock, recorder, "a")
@@ -188,6 +188,7 @@ async def test_a_leader_that_sees_another_holder_has_lost_at_once(
     await clock.advance(CONFIG.retry_s)
     assert renewing.done()
     assert not a.leading
+    assert not a.fence.holds()  # well before the renew deadline
 
 
 async def test_of_two_candidates_racing_for_a_free_lease_one_wins(
@@ -240,18 +241,6 @@ async def test_the_fence_is_closed_before_the_lease_is_acquired_and_after_it_is_
     assert a.fence.holds()
     await a.release()
     assert not a.fence.holds()
-
-
-async def test_the_fence_closes_as_soon_as_another_holder_is_seen(
-    leases: Leases, clock: Time, recorder: metrics.Metrics
-) -> None:
-    a = candidate(leases, clock, recorder, "a")
-    await a.acquire()
-    renewing = await start(a.hold())
-    leases.take("intruder")
-    await clock.advance(CONFIG.retry_s)
-    assert renewing.done()
-    assert not a.fence.holds()  # well before the renew deadline
 
 
 # --- the elector on its own thread ------------------------------------------------------------------------------
