@@ -36,7 +36,7 @@ binaries: ## build (once, then cached in $MCPG_CACHE/bin) the control plane, kub
 	hack/build-control-plane.sh
 
 .PHONY: lint
-lint: venv ## ruff, formatting, mypy --strict, import-linter's layer contracts, the no-`operator`-package guard, and a stale reference
+lint: venv ## ruff, formatting, mypy --strict, import-linter's layer contracts, the no-`operator`-package guard, and stale generated CRDs or reference
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
@@ -45,7 +45,7 @@ lint: venv ## ruff, formatting, mypy --strict, import-linter's layer contracts, 
 	$(BIN)/python hack/reference.py --check
 
 .PHONY: reference
-reference: venv ## write the CRDs' descriptions (from the models), the chart's copy of crds/, and docs/reference.md
+reference: venv ## write crds/ (generated from the models), the chart's copy of it, and docs/reference.md
 	$(BIN)/python hack/reference.py
 
 .PHONY: test-unit

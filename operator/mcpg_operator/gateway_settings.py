@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
-from mcpg_operator import bus, models, objects, observed, quantities
+from mcpg_operator import api_types, bus, models, objects, observed, quantities
 from mcpg_operator import conditions as c
+from mcpg_operator import schema_markers as sm
 from mcpg_operator.settings import BOUNDED_RESOURCES, BusSettings, GatewayBounds, GatewayDefaults
 
 PLURAL = "mcpgateways"
@@ -59,8 +60,20 @@ def _budget(value: int | str) -> int | str:
     return value
 
 
-Quantity = Annotated[int | str, AfterValidator(_quantity)]
+Quantity = Annotated[int | str, sm.Schema(pattern=QUANTITY), AfterValidator(_quantity)]
 Budget = Annotated[int | str, AfterValidator(_budget)]
+# The API server's first check of a budget; `_budget` then bounds the number and the percentage.
+_BUDGET_RULE = sm.Rule(
+    "type(self) == int ? self >= 0 : self.matches('^[0-9]+%$')",
+    "must be a number of pods (0 or more) or a percentage such as 50%",
+)
+_NODE_PORT_RULES = tuple(
+    sm.Rule(
+        f"!has(self.{name}) || (has(self.type) && self.type != 'ClusterIP')",
+        f"{name}: a node port needs type NodePort or LoadBalancer",
+    )
+    for name in ("httpNodePort", "adminNodePort")
+)
 
 
 class _Spec(BaseModel):
@@ -70,12 +83,13 @@ class _Spec(BaseModel):
 
 
 class ServiceSpec(_Spec):
+    crd_rules: ClassVar[tuple[sm.Rule, ...]] = _NODE_PORT_RULES
     type: Literal["ClusterIP", "NodePort", "LoadBalancer"] | None = None
     """The Service type; unset: the operator's `MCPG_GATEWAY_SERVICE_TYPE`."""
-    http_node_port: int | None = Field(default=None, ge=30000, le=32767)
+    http_node_port: api_types.Int32 | None = Field(default=None, ge=30000, le=32767)
     """A fixed node port for the public port (8080); only with type NodePort or LoadBalancer. A cluster has each
     node port only once."""
-    admin_node_port: int | None = Field(default=None, ge=30000, le=32767)
+    admin_node_port: api_types.Int32 | None = Field(default=None, ge=30000, le=32767)
     """A fixed node port for the admin port (9090); only with type NodePort or LoadBalancer."""
     annotations: dict[str, str] = Field(default_factory=dict, max_length=64)
     """Annotations on the Service (a cloud load balancer's settings, for example)."""
@@ -116,11 +130,17 @@ class ResourcesSpec(_Spec):
 
 
 class DisruptionBudgetSpec(_Spec):
+    crd_rules: ClassVar[tuple[sm.Rule, ...]] = (
+        sm.Rule(
+            "!(has(self.minAvailable) && has(self.maxUnavailable))",
+            "minAvailable, maxUnavailable: set at most one of them",
+        ),
+    )
     enabled: bool = False
     """Render a PodDisruptionBudget for the gateway pods."""
-    min_available: Budget | None = None
+    min_available: Annotated[Budget | None, _BUDGET_RULE] = None
     """Pods that must stay available during a voluntary disruption: a number or a percentage."""
-    max_unavailable: Budget | None = None
+    max_unavailable: Annotated[Budget | None, _BUDGET_RULE] = None
     """Pods that may be unavailable during a voluntary disruption; 1 when neither this nor minAvailable is set."""
 
     @model_validator(mode="after")
@@ -141,7 +161,7 @@ class NetworkPolicySpec(_Spec):
 class McpGatewaySpec(_Spec):
     """How the namespace's gateway runs; every field left unset takes the operator's default."""
 
-    replicas: int | None = Field(default=None, ge=1, le=INT32)
+    replicas: api_types.Int32 | None = Field(default=None, ge=1, le=INT32)
     """Gateway pods. Above 1 they share a NATS bus, so the operator must have one: an external bus
     (MCPG_BUS_MODE=external), or the managed one, which runs when the operator's own replica default
     (MCPG_GATEWAY_REPLICAS) is above 1. Otherwise the McpGateway is refused (InvalidSpec)."""
@@ -163,13 +183,14 @@ class McpGatewaySpec(_Spec):
 class McpGatewayStatus(_Spec):
     """The settings in effect, and whether they could be applied."""
 
-    observed_generation: int
+    # Unlisted, all: a status is the operator's to write, and a partial status patch must never be refused.
+    observed_generation: Annotated[api_types.Int64, sm.Unlisted()]
     """The generation these conditions describe."""
-    conditions: list[models.Condition]
+    conditions: Annotated[list[models.Condition], models.CONDITIONS, sm.Unlisted()]
     """`Ready` (reason `Applied`, `InvalidSpec` or `NoGateway`), and `Stalled` while the spec cannot be used."""
-    replicas: int
+    replicas: Annotated[api_types.Int32, sm.Unlisted()]
     """The gateway replicas in effect in the namespace."""
-    service_type: str
+    service_type: Annotated[str, sm.Unlisted()]
     """The Service type in effect in the namespace."""
 
 

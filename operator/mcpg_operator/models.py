@@ -3,78 +3,30 @@
 The API server enforces the same rules first (schema + CEL); these models are what the operator trusts, and a
 test proves every example manifest passes both. Anything the API server cannot know (a referenced Secret that
 does not exist) is the reconciler's business, not the model's. Each field's docstring is its description in the
-CRD and in docs/reference.md (`hack/reference.py` copies it there); a field that is the same thing as a gateway
-configuration field takes that field's description (`described_as`), so the text is written once.
+CRD and in docs/reference.md. These models are the only hand-written form of the CRDs: `hack/reference.py` writes
+crds/ from them (`openapi.py`), bounds, defaults, CEL rules (`crd_rules`, `schema_markers.Rule`) and formats
+included. A field that is the same thing as a gateway configuration field is declared `mirrored` from it, so its
+description, default and bounds are written once, in the contract.
 """
 
 from __future__ import annotations
 
-import inspect
-import re
-from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from mcpg_gateway.contract import config
+from mcpg_operator import schema_markers as sm
+from mcpg_operator.api_types import DATA_KEY_PATTERN as DATA_KEY_PATTERN
+from mcpg_operator.api_types import NAME_MAX, DataKey, Int32, Int64, ObjectName, Timestamp
+from mcpg_operator.api_types import OBJECT_NAME_PATTERN as OBJECT_NAME_PATTERN
+from mcpg_operator.mirror import described_as, mirrored
 
 GROUP, VERSION = "mcpg.dev", "v1alpha1"
 
-# The API server's own rules for what these fields name, as patterns in the CRDs (tests/unit/operator/test_api.py
-# checks that every reference there carries exactly these). A name the API server would refuse must be refused
-# here too: the operator writes the Secret a WebhookToken names, and a refused write would fail the namespace's
-# every reconcile instead of this one object.
-NAME_MAX = 253
-OBJECT_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-"""A Kubernetes object name (DNS-1123 subdomain): what a Secret or a WebhookToken may be called."""
-DATA_KEY_PATTERN = r"^([-_a-zA-Z0-9]|\.[-_a-zA-Z0-9])[-._a-zA-Z0-9]*$"
-"""A Secret data key: `[-._a-zA-Z0-9]+`, and neither `.` nor `..` nor anything starting with `..`."""
-
-
-def _matching(pattern: str, what: str) -> Callable[[str], str]:
-    """A validator: the whole value matches `pattern` and has at most NAME_MAX characters, or `what` is said."""
-
-    def check(value: str) -> str:
-        # fullmatch, as the API server's RE2 does: Python's `$` alone would let a trailing newline through.
-        if len(value) > NAME_MAX or not re.fullmatch(pattern, value):
-            raise ValueError(f"must be {what}")
-        return value
-
-    return check
-
-
-ObjectName = Annotated[
-    str,
-    AfterValidator(
-        _matching(
-            OBJECT_NAME_PATTERN,
-            f"a Kubernetes object name: at most {NAME_MAX} lowercase letters, digits, '-' and '.', "
-            "starting and ending with a letter or digit",
-        )
-    ),
-]
-DataKey = Annotated[
-    str,
-    AfterValidator(
-        _matching(
-            DATA_KEY_PATTERN,
-            f"a Secret key: at most {NAME_MAX} letters, digits, '-', '_' and '.', and not '.', '..' or starting "
-            "with '..'",
-        )
-    ),
-]
-
-
-def described_as(model: type[BaseModel], field: str | None = None, *, then: str = "") -> str:
-    """The gateway contract's description of `model.field` (of `model` itself without a field), then `then`.
-
-    For a CRD field that is the same thing as a gateway configuration field: the text lives in the contract, once.
-    """
-    text = model.model_fields[field].description if field else inspect.getdoc(model)
-    if not text:  # fails at import: a contract field lost the docstring this model shares
-        raise LookupError(f"{model.__name__}.{field or ''} has no description to share")
-    return " ".join(f"{text} {then}".split())
+# Lengths only the CRD bounds (the gateway takes any): what the API server stores at most, per kind of text.
+URI_LENGTH, TEXT_LENGTH = 2048, 4096
 
 
 class _Spec(BaseModel):
@@ -100,7 +52,7 @@ class SecretKeyRef(_Spec):
 class Header(_Spec):
     """A request header whose value comes from a Secret."""
 
-    name: str = Field(min_length=1, examples=["Authorization"])
+    name: str = Field(min_length=1, max_length=256, examples=["Authorization"])
     """The header's name."""
     secret_key_ref: SecretKeyRef
     """The Secret key that holds the header's whole value (e.g. `Bearer …`); the value reaches only the gateway's
@@ -113,35 +65,33 @@ _HTTP = config.HttpBackend
 class HttpBackendSpec(_Spec):
     """Reads the resource with one HTTP request."""
 
-    url: str = Field(
-        min_length=1,
-        description=described_as(_HTTP, "url"),
+    url: str = mirrored(
+        _HTTP,
+        "url",
+        max_length=TEXT_LENGTH,
         examples=["https://drive.example.com/api/folders/reports", "https://mail.example.com/inbox/{subject_id}"],
     )
-    method: Literal["get", "post", "put", "patch", "delete", "head"] = Field(
-        default="get", description=described_as(_HTTP, "method")
-    )
+    method: config.HttpMethod = mirrored(_HTTP, "method")
     headers: list[Header] = Field(
         default_factory=list,
+        max_length=64,
         description=described_as(
             _HTTP, "headers", then="Each value comes from a Secret in this namespace, never inline."
         ),
     )
-    body: str | None = Field(default=None, description=described_as(_HTTP, "body"))
-    expected_status_codes: list[int] = Field(
-        default_factory=lambda: [200], description=described_as(_HTTP, "expected_status_codes"), examples=[[200, 304]]
+    body: str | None = mirrored(_HTTP, "body", max_length=65_536)
+    expected_status_codes: list[config.StatusCode] = mirrored(
+        _HTTP, "expected_status_codes", max_length=32, examples=[[200, 304]]
     )
-    require_json_response: bool = Field(default=False, description=described_as(_HTTP, "require_json_response"))
-    timeout_ms: int = Field(
-        default=10_000, gt=0, le=300_000, description=described_as(_HTTP, "timeout_ms", then="In milliseconds.")
-    )
+    require_json_response: bool = mirrored(_HTTP, "require_json_response")
+    timeout_ms: int = mirrored(_HTTP, "timeout_ms", then="In milliseconds.")
     # The two below have no default here nor in the CRD: unset, they are not rendered and the gateway's defaults
     # (the contract's, in one place) apply, so an operator upgrade renders what it rendered before and rolls no gateway.
-    max_response_bytes: int | None = Field(
-        default=None, ge=1, description=described_as(_HTTP, "max_response_bytes", then="Unset: the gateway's default.")
+    max_response_bytes: int | None = mirrored(
+        _HTTP, "max_response_bytes", then="Unset: the gateway's default.", default=None
     )
-    follow_redirects: bool | None = Field(
-        default=None, description=described_as(_HTTP, "follow_redirects", then="Unset: the gateway's default (off).")
+    follow_redirects: bool | None = mirrored(
+        _HTTP, "follow_redirects", then="Unset: the gateway's default (off).", default=None
     )
 
 
@@ -155,13 +105,9 @@ class BackendSpec(_Spec):
 class PollSpec(_Spec):
     """Re-read through the backend on a cadence; fire when the SHA-256 of the response moves."""
 
-    interval_ms: int = Field(
-        default=60_000, gt=0, le=config.LONGEST_MS, description=described_as(config.PollStrategy, "interval_ms")
-    )
-    ignore: list[str] = Field(
-        default_factory=list,
-        description=described_as(config.PollStrategy, "ignore"),
-        examples=[["/duration", "/jobs/*/updated_at"]],
+    interval_ms: int = mirrored(config.PollStrategy, "interval_ms")
+    ignore: list[Annotated[str, Field(max_length=1024)]] = mirrored(
+        config.PollStrategy, "ignore", max_length=64, examples=[["/duration", "/jobs/*/updated_at"]]
     )
 
 
@@ -175,16 +121,17 @@ class LocalRef(_Spec):
 class WebhookSpec(_Spec):
     """Fire when a sender posts to `/webhooks/resource-updated/{token}` with the token of a WebhookToken."""
 
-    token_ref: LocalRef
+    crd_rules: ClassVar[tuple[sm.Rule, ...]] = (
+        sm.Rule("has(self.tokenRef)", "a webhook needs tokenRef naming a WebhookToken in this namespace"),
+    )
+    token_ref: Annotated[LocalRef, sm.Unlisted()]
     """The WebhookToken in this namespace whose token (and tokens still retiring) the sender presents."""
 
 
 class NatsTopicSpec(_Spec):
     """Fire on any message on a NATS subject; the payload is never inspected."""
 
-    subject: str = Field(
-        min_length=1, description=described_as(config.NatsTopicStrategy, "subject"), examples=["reports.updated"]
-    )
+    subject: str = mirrored(config.NatsTopicStrategy, "subject", max_length=1024, examples=["reports.updated"])
     url_secret_ref: SecretKeyRef | None = None
     """The Secret key holding the server URL (it may hold credentials); unset, the operator's default NATS server."""
 
@@ -194,39 +141,32 @@ class PostgresListenNotifySpec(_Spec):
 
     url_secret_ref: SecretKeyRef
     """The Secret key holding the PostgreSQL connection URL (`postgresql://…`)."""
-    channel: str = Field(
-        min_length=1,
-        max_length=63,
-        description=described_as(config.PostgresListenNotifyStrategy, "channel"),
-        examples=["reports_changed"],
-    )
+    channel: str = mirrored(config.PostgresListenNotifyStrategy, "channel", examples=["reports_changed"])
 
 
 class SqlPollingSpec(_Spec):
     """Run a scalar tracking query on a cadence; fire when the value advances."""
 
-    url_secret_ref: SecretKeyRef
+    # Required, said in words: the API server's "Required value" would not say what the field is for.
+    crd_rules: ClassVar[tuple[sm.Rule, ...]] = (
+        sm.Rule("has(self.query) && size(self.query) > 0", "sqlPolling needs a scalar tracking query"),
+        sm.Rule(
+            "has(self.urlSecretRef)", "sqlPolling needs urlSecretRef naming the Secret key that holds the database URL"
+        ),
+    )
+    url_secret_ref: Annotated[SecretKeyRef, sm.Unlisted()]
     """The Secret key holding the database connection URL (`postgresql://…`)."""
-    query: str = Field(
-        min_length=1,
-        description=described_as(config.SqlPollingStrategy, "query"),
-        examples=["select max(updated_at) from reports"],
+    query: Annotated[str, sm.Unlisted()] = mirrored(
+        config.SqlPollingStrategy, "query", max_length=16_384, examples=["select max(updated_at) from reports"]
     )
-    interval_ms: int = Field(
-        default=60_000, gt=0, le=config.LONGEST_MS, description=described_as(config.SqlPollingStrategy, "interval_ms")
-    )
-    timeout_ms: int = Field(
-        default=30_000,
-        gt=0,
-        le=300_000,
-        description=described_as(config.SqlPollingStrategy, "timeout_ms", then="In milliseconds."),
-    )
+    interval_ms: int = mirrored(config.SqlPollingStrategy, "interval_ms")
+    timeout_ms: int = mirrored(config.SqlPollingStrategy, "timeout_ms", then="In milliseconds.")
 
 
 class PluginSpec(_Spec):
     """Hand the watch to an installed strategy plugin."""
 
-    kind: str = Field(min_length=1, description=described_as(config.PluginStrategy, "kind"))
+    kind: str = mirrored(config.PluginStrategy, "kind", max_length=NAME_MAX)
     config: dict[str, Any] = Field(default_factory=dict)
     """Handed to the plugin as the rest of its strategy spec; the plugin defines and checks it."""
 
@@ -234,13 +174,15 @@ class PluginSpec(_Spec):
 class NotificationFilterSpec(_Spec):
     """Who among a URI's subscribers is told when it fires. Not an access control: that is `readPolicy`."""
 
-    scope: Literal["all", "subject_id", "expression"] = Field(
-        default="all", description=described_as(config.NotificationFilter, "scope")
+    crd_rules: ClassVar[tuple[sm.Rule, ...]] = (
+        sm.Rule(
+            "self.scope != 'expression' || (has(self.expression) && size(self.expression) > 0)",
+            "scope expression needs an expression",
+        ),
     )
-    expression: str | None = Field(
-        default=None,
-        description=described_as(config.NotificationFilter, "expression"),
-        examples=['"ops" in subscriber.groups'],
+    scope: config.FilterScope = mirrored(config.NotificationFilter, "scope")
+    expression: str | None = mirrored(
+        config.NotificationFilter, "expression", max_length=TEXT_LENGTH, examples=['"ops" in subscriber.groups']
     )
 
 
@@ -251,6 +193,13 @@ class WatchSpec(_Spec):
     """How the gateway learns that the resource changed (at most one strategy), and whom it tells. Omitted, or
     with no strategy set: a poll every 60 s."""
 
+    crd_rules: ClassVar[tuple[sm.Rule, ...]] = (
+        sm.Rule(
+            "[has(self.poll), has(self.webhook), has(self.natsTopic), has(self.postgresListenNotify), "
+            "has(self.sqlPolling), has(self.plugin)].filter(x, x).size() <= 1",
+            "set at most one strategy: poll, webhook, natsTopic, postgresListenNotify, sqlPolling or plugin",
+        ),
+    )
     poll: PollSpec | None = None
     """Poll the backend on a cadence (what a watch without a strategy does, every 60 s)."""
     webhook: WebhookSpec | None = None
@@ -286,32 +235,51 @@ _RESOURCE = config.ResourceConfig
 class ResourceWatchSpec(_Spec):
     """The resource (or resource template) to serve, where reads of it go, and how changes to it are noticed."""
 
-    name: str | None = Field(
+    crd_rules: ClassVar[tuple[sm.Rule, ...]] = (
+        sm.Rule(
+            "has(self.uri) != has(self.uriTemplate)",
+            "set exactly one of uri (one resource) or uriTemplate (a resource template)",
+        ),
+        sm.Rule(
+            "!has(self.uriTemplate) || !has(self.watch) || !has(self.watch.webhook)",
+            "a webhook token selects exactly one URI, so a uriTemplate cannot use the webhook strategy",
+        ),
+        sm.Rule(
+            "!has(self.uriTemplate) || !has(self.subjectId)",
+            "subjectId is for a uri; a uriTemplate takes its subject from its {subject_id} variable",
+        ),
+    )
+    name: str | None = mirrored(
+        _RESOURCE,
+        "name",
+        then="Unset: the ResourceWatch's own name.",
         default=None,
-        description=described_as(_RESOURCE, "name", then="Unset: the ResourceWatch's own name."),
+        max_length=NAME_MAX,
         examples=["reports-folder"],
     )
-    description: str = Field(default="", description=described_as(_RESOURCE, "description"))
-    uri: str | None = Field(
+    # No default in the CRD: the API server would store `description: ""` into every object that has none.
+    description: Annotated[str, sm.NoDefault()] = mirrored(_RESOURCE, "description", max_length=TEXT_LENGTH)
+    uri: str | None = mirrored(
+        _RESOURCE,
+        "uri",
+        then="Set exactly one of uri and uriTemplate.",
         default=None,
-        description=described_as(_RESOURCE, "uri", then="Set exactly one of uri and uriTemplate."),
+        max_length=URI_LENGTH,
         examples=["drive://folder/reports"],
     )
-    uri_template: str | None = Field(
+    uri_template: str | None = mirrored(
+        config.ResourceTemplateConfig,
+        "uri_template",
         default=None,
-        description=described_as(config.ResourceTemplateConfig, "uri_template"),
+        max_length=URI_LENGTH,
         examples=["mail://inbox/{subject_id}"],
     )
-    mime_type: str | None = Field(
-        default=None, description=described_as(_RESOURCE, "mime_type"), examples=["application/json"]
+    mime_type: str | None = mirrored(_RESOURCE, "mime_type", max_length=255, examples=["application/json"])
+    read_policy: str | None = mirrored(
+        _RESOURCE, "read_policy", max_length=TEXT_LENGTH, examples=['"finance" in subscriber.groups']
     )
-    read_policy: str | None = Field(
-        default=None,
-        description=described_as(_RESOURCE, "read_policy"),
-        examples=['"finance" in subscriber.groups'],
-    )
-    subject_id: str | None = Field(
-        default=None, description=described_as(_RESOURCE, "subject_id", then="For a uri only."), examples=["alice"]
+    subject_id: str | None = mirrored(
+        _RESOURCE, "subject_id", then="For a uri only.", max_length=NAME_MAX, examples=["alice"]
     )
     backend: BackendSpec = Field(description=described_as(_RESOURCE, "backend"))
     watch: WatchSpec | None = None
@@ -371,9 +339,9 @@ class Condition(_Spec):
     """A CamelCase word saying why, for tools and `kubectl get` (e.g. `Served`, `RollingOut`, `InvalidSpec`)."""
     message: str | None = None
     """The reason in a sentence for a person (at most 1024 characters); never holds a token."""
-    observed_generation: int | None = None
+    observed_generation: Int64 | None = None
     """The metadata.generation this condition was computed from."""
-    last_transition_time: str | None = None
+    last_transition_time: Timestamp | None = None
     """When status last changed (RFC 3339)."""
 
 
@@ -382,16 +350,17 @@ class GatewayPort(_Spec):
 
     name: str = Field(examples=["http"])
     """The port's name: `http` (MCP and webhooks) or `admin` (metrics, health, the admin API)."""
-    port: int = Field(examples=[8080])
+    port: Int32 = Field(examples=[8080])
     """The port number."""
 
 
 class GatewayAddress(_Spec):
     """Where the namespace's gateway is reached in the cluster."""
 
-    service: str = Field(examples=["mcpg-gateway.shop.svc"])
+    # Unlisted: a status is the operator's to write, and a partial status patch must never be refused.
+    service: Annotated[str, sm.Unlisted()] = Field(examples=["mcpg-gateway.shop.svc"])
     """The gateway Service's in-cluster DNS name."""
-    url: str = Field(examples=["http://mcpg-gateway.shop.svc:8080/mcp"])
+    url: Annotated[str, sm.Unlisted()] = Field(examples=["http://mcpg-gateway.shop.svc:8080/mcp"])
     """The MCP endpoint clients connect to (Streamable HTTP)."""
     ports: list[GatewayPort] = Field(default_factory=list)
     """The Service's ports."""
@@ -403,10 +372,14 @@ WEBHOOK_PATH_DESCRIPTION = (
 )
 
 
+CONDITIONS = sm.Schema(x_kubernetes_list_type="map", x_kubernetes_list_map_keys=["type"])
+"""A list of conditions is a map keyed by type, as `metav1.Condition` lists are: a patch merges by type."""
+
+
 class _Status(_Spec):
-    observed_generation: int | None = None
+    observed_generation: Int64 | None = None
     """The metadata.generation the operator last acted on."""
-    conditions: list[Condition] = Field(default_factory=list)
+    conditions: Annotated[list[Condition], CONDITIONS] = Field(default_factory=list)
     """The latest observations of the object's state; `Ready` says whether it works, and its message why not."""
 
 
@@ -432,11 +405,11 @@ class ResourceWatchStatus(_Status):
 class RetiringToken(_Spec):
     """A replaced token still accepted, shown by digest only."""
 
-    digest: str
+    digest: Annotated[str, sm.Unlisted()]
     """The first 12 hex digits of the token's SHA-256."""
-    replaced_at: str
+    replaced_at: Annotated[Timestamp, sm.Unlisted()]
     """When the token was replaced (RFC 3339)."""
-    retire_after: str | None = None
+    retire_after: Timestamp | None = None
     """When it stops being accepted (RFC 3339): the rollout's completion plus gracePeriodSeconds; unset while the
     rollout carrying the new token is under way."""
 
@@ -450,7 +423,7 @@ class WebhookTokenStatus(_Status):
     no served watch uses this token. `Error`: the spec or the Secret is invalid."""
     current_digest: str | None = None
     """The first 12 hex digits of the current token's SHA-256."""
-    current_accepted_at: str | None = None
+    current_accepted_at: Timestamp | None = None
     """Since when every available gateway pod accepts the current token (RFC 3339); unset during a rollout."""
     retiring_count: int | None = None
     """How many replaced tokens are still accepted."""

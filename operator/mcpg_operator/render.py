@@ -355,9 +355,11 @@ def _one(
 
 def _floored(watch: models.WatchSpec) -> str:
     """What a status adds when an interval is below the floor every poll-shaped watch is held to."""
+    # The floor is the gateway's: the contract says what cadence an interval runs at, and the status says so.
     for field_path, spec in (("poll", watch.poll), ("sqlPolling", watch.sql_polling)):
-        if spec is not None and spec.interval_ms < config.POLL_FLOOR_MS:
-            floor_s = config.POLL_FLOOR_MS // 1000
+        floored = None if spec is None else config.effective_interval_ms(spec.interval_ms)
+        if spec is not None and floored is not None and floored != spec.interval_ms:
+            floor_s = floored // 1000
             return (
                 f"; spec.watch.{field_path}.intervalMs {spec.interval_ms} is below the {floor_s} s floor, "
                 f"so it is read every {floor_s} s"

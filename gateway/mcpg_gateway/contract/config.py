@@ -36,6 +36,16 @@ is never in practice, and a bound keeps every deadline computed from one a numbe
 RFC 3339 writes (`renewBy`, the admin API's times); a 400-digit `interval_ms` would not even convert to seconds."""
 LONGEST_MS = LONGEST_S * 1000
 
+# Types the operator's CRD fields share with the fields below (`mcpg_operator.mirror`): written once, here.
+HttpMethod = Literal["get", "post", "put", "patch", "delete", "head"]
+StatusCode = Annotated[int, Field(ge=100, le=599)]
+FilterScope = Literal["all", "subject_id", "expression"]
+
+
+def effective_interval_ms(interval_ms: int) -> int:
+    """The cadence a poll-shaped watch runs at: its interval, held to the floor."""
+    return max(interval_ms, POLL_FLOOR_MS)
+
 
 class _Model(BaseModel):
     # Attribute docstrings are the fields' descriptions: the reference (docs/reference.md, `hack/reference.py`) and
@@ -53,16 +63,14 @@ class HttpBackend(_Model):
     url: str = Field(min_length=1)
     """The upstream URL a read requests (http or https). In a resource template, `{name}` takes the concrete URI's
     value of that template variable."""
-    method: Literal["get", "post", "put", "patch", "delete", "head"] = "get"
+    method: HttpMethod = "get"
     """The HTTP method of each read; `get` by default."""
     headers: dict[str, SecretStr] = Field(default_factory=dict)
     """Request headers sent with every read, such as `Authorization`; the values are secrets, never logged or
     shown."""
     body: str | None = None
     """The request body sent with every read, as is; none by default."""
-    expected_status_codes: list[Annotated[int, Field(ge=100, le=599)]] = Field(
-        default_factory=lambda: [200], min_length=1
-    )
+    expected_status_codes: list[StatusCode] = Field(default_factory=lambda: [200], min_length=1)
     """The HTTP statuses that make a successful read (`[200]` by default); any other is a failed read."""
     require_json_response: bool = False
     """Refuse a body that is not JSON: such a read fails instead of being served or hashed. Off by default."""
@@ -102,7 +110,7 @@ class PollStrategy(_Model):
 
     @property
     def effective_interval_ms(self) -> int:
-        return max(self.interval_ms, POLL_FLOOR_MS)
+        return effective_interval_ms(self.interval_ms)
 
 
 _PATH_SEGMENT_CHARS = frozenset(string.ascii_letters + string.digits + "-._~!$&'()*+,;=:@")
@@ -197,7 +205,7 @@ class SqlPollingStrategy(_Model):
 
     @property
     def effective_interval_ms(self) -> int:
-        return max(self.interval_ms, POLL_FLOOR_MS)
+        return effective_interval_ms(self.interval_ms)
 
 
 class PluginStrategy(BaseModel):
@@ -234,7 +242,7 @@ class NotificationFilter(_Model):
     CEL expression over `subscriber.*` and `event.uri` that must be true.
     """
 
-    scope: Literal["all", "subject_id", "expression"] = "all"
+    scope: FilterScope = "all"
     """Who is told: `all` subscribers (the default), only the resource's subject (`subject_id`), or those for whom
     `expression` is true."""
     expression: str | None = None
@@ -472,7 +480,7 @@ class ServerConfig(_Model):
 
 
 class LimitsConfig(_Model):
-    """How much of the gateway one caller, and all callers together, may hold (`limits.py`, `connections.py`).
+    """How much of the gateway one caller, and all callers together, may hold (`fanout/limits.py`, `connections.py`).
 
     A watch a principal holds is a distinct URI it is subscribed to, across its sessions and listen streams.
     The per-principal limits protect the other principals; the totals protect the process and its upstreams.
@@ -520,7 +528,7 @@ class LimitsConfig(_Model):
 
 
 class SubscriptionsConfig(_Model):
-    """A subscription's lease and lifetime (`lease.py`)."""
+    """A subscription's lease and lifetime (`fanout/lease.py`)."""
 
     idle_after_s: float = Field(default=1800, gt=0, le=LONGEST_S)
     """With no request on the subscribing session for this long (seconds, at most a year), its pull watches slow
