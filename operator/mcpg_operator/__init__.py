@@ -13,14 +13,12 @@ Module map:
     scheduler    coalesces those requests: one reconcile per namespace at a time, a burst becomes one pass,
                  at most MCPG_RECONCILE_CONCURRENCY at once, served in turn; counts and times each pass
     settings     the operator's settings, read from the environment here and nowhere else
-    reconcile    one pass over a namespace: read -> decide -> write
-      read         everything a pass needs, as an `observed.Snapshot`; no writes
-      references   which Secrets a pass reads (its own by label, the named ones by name) and the label its
-                   Secret watch selects
-      observed     typed, frozen views over the raw objects
-      decision     the pure decision: token states, configuration, statuses, Events, and the writes
-      write        performs the writes in the order rotation safety needs (`writes`: what a write is), logs
-                   each change, and says what failed so every object of the namespace can report it
+    reconcile/   one pass over a namespace: read -> decide -> write (its own map: run, read, references,
+                 decide, gateway_objects, write, facts)
+    observed     typed, frozen views over the raw objects a pass reads: the decision's only input, and what
+                 the builders below take
+    actions      what a write is, as a value (create, apply, patch, delete, post; its stage): the decision's
+                 output, which `reconcile.write` performs
     rotation     the token rotation state machine (pure), and `tokens`: a token's Secret and persisted state
     bus          the NATS bus of gateway replicas (pure); `bus_reconcile`: the cluster-wide step that runs the
                  managed server for the namespaces served, or removes one left over at start when none is used;
@@ -32,6 +30,12 @@ Module map:
     gateway_policy     the gateway's optional PodDisruptionBudget and NetworkPolicy (pure builders and writes)
     statuses, events, conditions   what users see on the objects and in Events
     rollout      the `kubectl rollout status` rule
-    models       pydantic mirrors of the CRDs
+    models       pydantic mirrors of the CRDs, the only hand-written form of their shape; `api_types`: the
+                 Kubernetes value types their fields are made of; `mirror`: a field that is a gateway
+                 configuration field, declared once from the contract's
+                 `schema_markers`: what a model says of its schema beyond what pydantic validates
+    crdgen/      the CRDs written from the models (`make reference`, checked by `make lint`): `openapi`, a
+                 model's structural OpenAPI v3 schema as a CRD version holds it; `kinds`, the three CRDs as
+                 declarations (names, scope, printer columns), assembled into whole CRDs
     kube         a thin async Kubernetes client (server-side apply), and the protocol its test fake follows
 """

@@ -34,8 +34,6 @@ CREDENTIALS_SECRET = "mcpg-gateway-bus"  # noqa: S105 - a Secret name, not a pas
 """In each gateway namespace (managed mode): the namespace's account user and password, keys `user`, `password`."""
 USER_KEY, PASSWORD_KEY = "user", "password"
 CREDENTIALS_LABEL = "mcpg.dev/bus-credentials"
-CREDENTIALS_SELECTOR = f"{CREDENTIALS_LABEL}=true"
-"""Lists every namespace's bus credentials Secret, cluster-wide, and nothing else."""
 URL_ENV, USER_ENV, PASSWORD_ENV, INSTANCE_ENV = "MCPG_BUS_URL", "MCPG_BUS_USER", "MCPG_BUS_PASSWORD", "POD_NAME"
 DIGEST_ENV = "MCPG_BUS_CREDENTIALS_DIGEST"
 """Managed: a digest of the password, so the pod template changes with it (the others read it at start only)."""

@@ -24,12 +24,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mcpg_operator import bus, gateway_settings, objects, observed, write
-from mcpg_operator import writes as w
+from mcpg_operator import actions as w
+from mcpg_operator import bus, gateway_settings, objects, observed
 from mcpg_operator.bus_key import BusKey
 from mcpg_operator.kube import Client, Refused, ns_path
 from mcpg_operator.models import GROUP
-from mcpg_operator.reconcile import Outcome
+from mcpg_operator.reconcile import write
+from mcpg_operator.reconcile.run import Outcome
 from mcpg_operator.settings import BusSettings, GatewayDefaults
 
 logger = logging.getLogger(__name__)

@@ -16,8 +16,8 @@ import urllib.parse
 from collections.abc import Iterator
 from typing import Any
 
+from mcpg_operator import actions as w
 from mcpg_operator import bus, objects, observed
-from mcpg_operator import writes as w
 from mcpg_operator.gateway_settings import DisruptionBudgetSpec, NetworkPolicySpec, Shape
 
 NETWORKING = "networking.k8s.io"

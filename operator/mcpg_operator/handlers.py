@@ -23,9 +23,11 @@ from typing import Any
 
 import kopf
 
-from mcpg_operator import bus, bus_reconcile, metrics, objects, reconcile, references, settings, tokens
+from mcpg_operator import bus, bus_reconcile, metrics, objects, settings, tokens
 from mcpg_operator.bus_key import BusKey
 from mcpg_operator.kube import Client, Kube
+from mcpg_operator.reconcile import references
+from mcpg_operator.reconcile import run as reconcile
 from mcpg_operator.scheduler import After, Scheduler, Turns
 
 logger = logging.getLogger(__name__)

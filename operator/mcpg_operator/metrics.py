@@ -5,9 +5,9 @@ Names follow controller-runtime where the concept is the same (`controller_runti
 `mcpg_operator_*`. Every label value comes from a small closed set (a controller, a result, a phase, a condition
 reason, anything unknown becoming `Other`): never a namespace, an object or Secret name, a URI or a token.
 
-The per-namespace figures of the rotation and the watches are derived in one place (`facts`) from a pass's pure
-result, kept as the last figure per namespace and summed at scrape time, so a namespace leaves the sums as soon
-as a pass finds no mcpg object in it.
+The per-namespace figures of the rotation and the watches are derived in one place (`reconcile.facts`) from a
+pass's pure result, kept as the last figure per namespace and summed at scrape time, so a namespace leaves the sums
+as soon as a pass finds no mcpg object in it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections import Counter as Tally
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -29,8 +28,7 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from mcpg_operator import conditions, decision, observed
-from mcpg_operator import writes as w
+from mcpg_operator import conditions
 
 CONTROLLER = "gateway"
 """The controller that reconciles a namespace's ResourceWatches and WebhookTokens into its gateway."""
@@ -72,33 +70,6 @@ class Facts:
     """The configuration hash whose rollout this pass started (it applied a template naming a new one)."""
     rolled_out: str | None = None
     """The configuration hash the Deployment as read runs on every pod."""
-
-
-def facts(snap: observed.Snapshot, decided: decision.Decision) -> Facts | None:
-    """The figures of a pass; None for a pass that only created Secrets (it decided no status: `rerun`)."""
-    if decided.rerun:
-        return None
-    watches = Tally(_ready(s) for ref, s in decided.statuses.items() if ref.plural == "resourcewatches")
-    phases = Tally(str(s.get("phase")) for ref, s in decided.statuses.items() if ref.plural == "webhooktokens")
-    transitions = Tally(TRANSITIONS[e.reason] for e in decided.events if e.reason in TRANSITIONS)
-    running = snap.deployment.config_hash if snap.deployment is not None else None
-    applied = any(isinstance(x, w.ApplyObject) and x.ref.plural == "deployments" for x in decided.writes)
-    return Facts(
-        has_objects=bool(snap.watches or snap.tokens),
-        token_phases={p if p in TOKEN_PHASES else OTHER: n for p, n in phases.items()},
-        tokens_retiring=sum(len(state.retiring) for state in decided.states.values()),
-        watches=dict(watches),
-        transitions=dict(transitions),
-        rolling_out=decided.plan.hash if applied and running != decided.plan.hash else None,
-        rolled_out=running if snap.deployment is not None and snap.deployment.rollout_complete else None,
-    )
-
-
-def _ready(status: Mapping[str, Any]) -> tuple[str, str]:
-    conds = status.get("conditions")
-    found: Mapping[str, Any] = next((c for c in conds or [] if c.get("type") == conditions.READY), {})
-    reason = str(found.get("reason", ""))
-    return ("True" if found.get("status") == "True" else "False"), reason if reason in KNOWN_REASONS else OTHER
 
 
 class NamespaceFigures(Collector):

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 
 from mcpg_operator import metrics, settings
 from mcpg_operator.kube import NamespaceTerminating, NotLeading, Refused
-from mcpg_operator.reconcile import Outcome
-from mcpg_operator.write import ApplyFailed
+from mcpg_operator.reconcile.run import Outcome
+from mcpg_operator.reconcile.write import ApplyFailed
 
 logger = logging.getLogger(__name__)
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from mcpg_operator import actions as w
 from mcpg_operator import conditions as c
 from mcpg_operator import objects, observed, render, rotation, tokens
-from mcpg_operator import writes as w
 
 Stalled = tuple[str, str] | None
 """(reason, message) of the gateway Deployment's failed Progressing condition, if it has one."""

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from mcpg_operator import observed, reconcile, tokens
+from mcpg_operator import observed, tokens
+from mcpg_operator.reconcile import run as reconcile
 from mcpg_operator.rotation import TokenState
 from mcpg_operator.settings import GatewayDefaults
 from mcpg_testing.fake_kube import Call, FakeKube

@@ -18,7 +18,8 @@ from typing import Any
 
 import yaml
 
-from mcpg_operator import objects, reconcile
+from mcpg_operator import objects
+from mcpg_operator.reconcile import run as reconcile
 from mcpg_operator.settings import BusSettings, GatewayDefaults
 from mcpg_testing.controlplane import default_bin_dir
 from mcpg_testing.fake_kube import FakeKube

@@ -11,9 +11,11 @@ from typing import Any
 import kopf
 import pytest
 
-from mcpg_operator import bus, bus_reconcile, handlers, reconcile, write
+from mcpg_operator import actions as w
+from mcpg_operator import bus, bus_reconcile, handlers
 from mcpg_operator import kube as api
-from mcpg_operator import writes as w
+from mcpg_operator.reconcile import run as reconcile
+from mcpg_operator.reconcile import write
 from mcpg_operator.settings import BusSettings, GatewayDefaults, OperatorSettings
 from mcpg_testing.fake_kube import FakeKube
 from mcpg_testing.namespace import Clock, resourcewatch

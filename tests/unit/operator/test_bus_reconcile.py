@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from mcpg_operator import bus, bus_reconcile, handlers, objects, observed, reconcile
+from mcpg_operator import bus, bus_reconcile, handlers, objects, observed
 from mcpg_operator.bus_key import BusKey, UnusableKey
+from mcpg_operator.reconcile import run as reconcile
 from mcpg_operator.scheduler import Scheduler
 from mcpg_operator.settings import BusSettings, GatewayDefaults, OperatorSettings
 from mcpg_testing.fake_kube import FakeKube
@@ -375,7 +376,7 @@ async def test_the_fake_lists_a_resource_of_every_namespace_in_the_api_servers_o
 
     # The API server's order is its storage keys' (`<namespace>/<name>`, bytewise): "mail-2/" sorts before "mail/".
     every = [("mail-2", "a"), ("mail", "z"), ("shop", "a"), ("shop", "b")]
-    assert await listed("/api/v1/secrets", bus.CREDENTIALS_SELECTOR) == every
+    assert await listed("/api/v1/secrets", f"{bus.CREDENTIALS_LABEL}=true") == every
     assert await listed("/api/v1/secrets") == [*every, ("shop", "other")]
     assert await listed("/api/v1/namespaces/shop/secrets", "team!=y") == [
         ("shop", "a"),

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from mcpg_gateway.contract import check
-from mcpg_operator import decision, objects, observed, render, rotation, tokens
-from mcpg_operator import writes as w
+from mcpg_operator import actions as w
+from mcpg_operator import objects, observed, render, rotation, tokens
+from mcpg_operator.reconcile import decide as decision
 from mcpg_operator.rotation import Retiring, TokenState
 from mcpg_operator.settings import GatewayDefaults
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from mcpg_operator import actions as w
 from mcpg_operator import bus, gateway_policy, objects, observed
-from mcpg_operator import writes as w
 from mcpg_operator.gateway_settings import DisruptionBudgetSpec, NetworkPolicySpec, Shape
 from mcpg_operator.settings import BusSettings, GatewayDefaults
 

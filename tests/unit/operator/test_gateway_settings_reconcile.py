@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from mcpg_operator import reconcile, write
 from mcpg_operator.kube import Refused
+from mcpg_operator.reconcile import run as reconcile
+from mcpg_operator.reconcile import write
 from mcpg_operator.settings import BusSettings, GatewayBounds, GatewayDefaults
 from mcpg_testing.fake_kube import FakeKube
 from mcpg_testing.namespace import NS, Clock, resourcewatch

@@ -18,7 +18,8 @@ import kopf
 import pytest
 from kopf._core.intents import causes
 
-from mcpg_operator import handlers, references
+from mcpg_operator import handlers
+from mcpg_operator.reconcile import references
 
 SECRETS = kopf.Resource(group="", version="v1", plural="secrets", kind="Secret", namespaced=True)
 

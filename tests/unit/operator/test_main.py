@@ -14,7 +14,7 @@ import pytest
 from mcpg_operator import __main__ as entry
 from mcpg_operator import settings
 from mcpg_operator.kube import Kube
-from mcpg_operator.reconcile import Outcome
+from mcpg_operator.reconcile.run import Outcome
 from mcpg_operator.scheduler import Scheduler, Turns
 from mcpg_testing import BOUND_S
 from mcpg_testing.leases import Leases

@@ -12,7 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from mcpg_operator import conditions, metrics, render
-from mcpg_operator.reconcile import Outcome
+from mcpg_operator.reconcile.run import Outcome
 from mcpg_operator.scheduler import Scheduler
 from mcpg_testing.fake_kube import FakeKube
 from mcpg_testing.namespace import NS, Clock, resourcewatch, run, webhooktoken

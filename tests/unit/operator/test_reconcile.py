@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from mcpg_operator import objects, read, tokens
+from mcpg_operator import objects, tokens
+from mcpg_operator.reconcile import read
 from mcpg_operator.rotation import TokenState
 from mcpg_testing.fake_kube import Call, FakeKube
 from mcpg_testing.namespace import (

@@ -12,7 +12,8 @@ from __future__ import annotations
 import tracemalloc
 from typing import Any
 
-from mcpg_operator import read, references, tokens
+from mcpg_operator import tokens
+from mcpg_operator.reconcile import read, references
 from mcpg_testing.fake_kube import FakeKube
 from mcpg_testing.namespace import NS, Clock, ready, resourcewatch, run, settle, webhooktoken
 

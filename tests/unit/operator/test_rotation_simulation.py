@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from mcpg_operator import reconcile, tokens
+from mcpg_operator import tokens
+from mcpg_operator.reconcile import run as reconcile
 from mcpg_operator.settings import GatewayDefaults
 from mcpg_testing.fake_controllers import GatewayPods
 from mcpg_testing.fake_kube import FakeKube

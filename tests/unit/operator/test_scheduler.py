@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry
 
 from mcpg_operator import metrics
 from mcpg_operator.kube import NotLeading
-from mcpg_operator.reconcile import Outcome
+from mcpg_operator.reconcile.run import Outcome
 from mcpg_operator.scheduler import Scheduler, Turns
 from mcpg_testing import BOUND_S
 

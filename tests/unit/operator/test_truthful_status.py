@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from mcpg_operator import events, observed, reconcile, tokens
+from mcpg_operator import events, observed, tokens
 from mcpg_operator import kube as api
+from mcpg_operator.reconcile import run as reconcile
 from mcpg_operator.rotation import MAX_RETIRING, TokenState
 from mcpg_operator.scheduler import Scheduler
 from mcpg_operator.settings import GatewayDefaults

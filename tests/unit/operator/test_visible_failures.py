@@ -15,8 +15,8 @@ import aiohttp
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from mcpg_operator import write
 from mcpg_operator.kube import Refused
+from mcpg_operator.reconcile import write
 from mcpg_testing.fake_kube import FakeKube
 from mcpg_testing.namespace import NS, Clock, condition, event_reasons, ready, resourcewatch, run, settle, webhooktoken
 
@@ -186,7 +186,7 @@ async def test_a_poll_interval_under_the_floor_is_served_and_the_status_says_wha
 async def test_the_operator_logs_each_change_it_makes_naming_the_object_and_never_a_secret_value(
     namespace: FakeKube, clock: Clock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="mcpg_operator.write")
+    caplog.set_level(logging.INFO, logger="mcpg_operator.reconcile.write")
     await settle(namespace, clock)
     lines = [r.getMessage() for r in caplog.records]
     assert f"namespace {NS}: applied Deployment mcpg-gateway" in lines

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from mcpg_operator import write
-from mcpg_operator import writes as w
+from mcpg_operator import actions as w
+from mcpg_operator.reconcile import write
 from mcpg_testing.fake_kube import FakeKube
 
 NS = "shop"

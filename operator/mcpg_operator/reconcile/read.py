@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from mcpg_operator import gateway_policy, gateway_settings, objects, observed, references
+from mcpg_operator import gateway_policy, gateway_settings, objects, observed
 from mcpg_operator.kube import Client, ns_path
 from mcpg_operator.models import GROUP
+from mcpg_operator.reconcile import references
 
 GATEWAY_SELECTOR = ",".join(f"{k}={v}" for k, v in objects.SELECTOR.items())
 

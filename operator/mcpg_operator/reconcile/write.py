@@ -12,8 +12,9 @@ The order, and why:
    Deployment (server-side apply).
 4. `COLLECT`: configuration Secrets that neither the applied template, the template as read, nor any
    ReplicaSet mounts, and bus credentials no longer used. After the Deployment, so a Secret is never deleted
-   before the template stops naming it. The Service last of all (`decision._service_last`): the API server may
-   refuse it for reasons outside the namespace (a node port another holds), and nothing must wait behind it.
+   before the template stops naming it. The Service last of all (`gateway_objects._service_last`): the API
+   server may refuse it for reasons outside the namespace (a node port another holds), and nothing must wait
+   behind it.
 5. `STATUS`: status merge-patches of ResourceWatches and WebhookTokens, once what they report has been written.
 6. `EVENTS`: Events last, so an Event never announces a change that a failed write did not make.
 
@@ -34,7 +35,7 @@ from collections.abc import Iterable
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from mcpg_operator import writes as w
+from mcpg_operator import actions as w
 from mcpg_operator.kube import Client, NamespaceTerminating, Refused, ns_path, refusal
 
 logger = logging.getLogger(__name__)

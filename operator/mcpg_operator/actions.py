@@ -1,7 +1,9 @@
 """The writes a decision asks for, as values: what to create, apply, patch, delete or post, and at which stage.
 
-The decision only describes writes; `write.execute` performs them, stage by stage, in the order its docstring
-explains. Each write names its target by collection and name in the reconciled namespace, never by a URL.
+The decision only describes writes; `reconcile.write.execute` performs them, stage by stage, in the order its
+docstring explains. Each write names its target by collection and name in the reconciled namespace, never by a URL.
+These values sit beside `observed`, below `reconcile/`, because the builders a decision asks (`statuses`,
+`gateway_policy`) and the bus step (`bus_reconcile`) describe writes too: inside the package they would make a cycle.
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from mcpg_operator import actions as w
 from mcpg_operator import bus, models, objects, observed, render, tokens
-from mcpg_operator import writes as w
 
 LABEL = objects.WATCHED_LABEL
 SELECTOR = f"{LABEL}=true"

@@ -1,6 +1,6 @@
 """Reconcile one namespace, level-based, in three phases: read everything, decide (pure), write the difference.
 
-`read` writes nothing, `decision.decide` does no I/O, and `write.execute` performs the decided writes in the
+`read` writes nothing, `decide.decide` does no I/O, and `write.execute` performs the decided writes in the
 order that makes token rotation safe (see `write`). A pass that finds everything as decided writes nothing,
 so running it twice in a row changes nothing the second time.
 """
@@ -14,11 +14,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mcpg_operator import bus, decision, gateway_settings, metrics, read, write
+from mcpg_operator import bus, gateway_settings, metrics
+from mcpg_operator.actions import Write
 from mcpg_operator.bus_key import BusKey
 from mcpg_operator.kube import Client
+from mcpg_operator.reconcile import decide, facts, read, write
 from mcpg_operator.settings import BusSettings, GatewayDefaults
-from mcpg_operator.writes import Write
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,21 +58,21 @@ async def reconcile(
     wiring = await _with_password(
         kube, bus.wiring(bus_settings, namespace, shaped.defaults.replicas), bus_settings, bus_key, namespace
     )
-    decided = decision.decide(snapshot, shaped.defaults, now, token, wiring, shaped)
+    decided = decide.decide(snapshot, shaped.defaults, now, token, wiring, shaped)
     try:
         refusals = await write.execute(kube, namespace, decided.writes, describe_failure=True)
     except write.ApplyFailed as e:
-        await _report(kube, namespace, decision.failed(snapshot, decided, e.failure, now))
+        await _report(kube, namespace, decide.failed(snapshot, decided, e.failure, now))
         raise  # the scheduler retries with backoff
     if refusals:  # report each on its object; the rest of the namespace was written as decided
-        await write.execute(kube, namespace, decision.report(snapshot, refusals, now))
+        await write.execute(kube, namespace, decide.report(snapshot, refusals, now))
     return Outcome(
         served=sum(v.served for v in decided.plan.verdicts.values()),
         config_hash=decided.plan.hash if snapshot.watches else None,
         rollout_complete=decided.rollout_complete,
         next_check_s=decided.next_check_s,
         rerun=decided.rerun and not refusals,
-        facts=metrics.facts(snapshot, decided),
+        facts=facts.of(snapshot, decided),
         bus_account=decided.bus_account,
     )
 

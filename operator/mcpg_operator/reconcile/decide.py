@@ -18,9 +18,9 @@ tested the way rotation.py's state machine is. The steps, in order:
    that is in no rendered configuration needs no rollout at all.
 5. Retire what is due (its replacement rolled out, plus the grace period); if anything was, render again. The
    configuration rendered last is the one applied, once.
-6. Statuses, Events, and the writes that make the namespace match (only where it does not already). With a
-   managed bus (`bus.Wiring`), that includes the namespace's bus credentials Secret: its derived password, put
-   back if anyone changes it.
+6. Statuses, Events, and the writes that make the namespace match (only where it does not already; those of
+   the gateway's objects are `gateway_objects`'). With a managed bus (`bus.Wiring`), that includes the
+   namespace's bus credentials Secret: its derived password, put back if anyone changes it.
 """
 
 from __future__ import annotations
@@ -29,22 +29,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mcpg_operator import actions as w
 from mcpg_operator import (
     bus,
     events,
-    gateway_policy,
     gateway_settings,
-    objects,
     observed,
-    references,
     render,
     rotation,
     statuses,
     tokens,
 )
 from mcpg_operator import conditions as c
-from mcpg_operator import writes as w
 from mcpg_operator.models import GROUP
+from mcpg_operator.reconcile import gateway_objects, references
 from mcpg_operator.settings import GatewayDefaults
 
 States = dict[str, rotation.TokenState]
@@ -103,7 +101,7 @@ def decide(
     status_by_ref, status_writes = _statuses(snap, sources, states, views, plan, entries, now)
     evts = _events(snap, edits, recovered, states, status_by_ref)
     posts = [w.PostEvent(events.body(snap.namespace, e, now)) for e in evts]
-    gateway = _gateway(snap, plan, defaults, wiring, rolled_out, shaped)
+    gateway = gateway_objects.writes(snap, plan, defaults, wiring, rolled_out, shaped)
     status_writes += _mcp_gateway(snap, shaped, now, status_by_ref)
     todo = [*retried, *_state_writes(snap, states), *gateway, *status_writes, *posts]
     todo += references.writes(snap)  # the label that lets the Secret watch see what this pass needs
@@ -116,7 +114,7 @@ def decide(
         rollout_complete=rolled_out,
         next_check_s=references.next_check(_next_check(states, sources, now), snap, now),
         rerun=False,
-        bus_account=_bus_account(snap, todo),
+        bus_account=gateway_objects.bus_account(snap, todo),
     )
 
 
@@ -127,7 +125,7 @@ def _only_create(
     states = {t.name: t.state for t in snap.tokens}
     plan = render.plan(snap.watches, states, snap.secret_data(), defaults, wiring)
     rolled_out = _runs(snap.deployment, plan)
-    has_bus = _bus_account(snap, generated)  # as read: the next pass creates it if it is missing
+    has_bus = gateway_objects.bus_account(snap, generated)  # as read: the next pass creates it if it is missing
     return Decision(states, plan, {}, (), w.in_order(generated), rolled_out, None, rerun=True, bus_account=has_bus)
 
 
@@ -258,62 +256,6 @@ def _runs(deployment: observed.Deployment | None, plan: render.Plan) -> bool:
     return deployment is not None and deployment.config_hash == plan.hash and deployment.rollout_complete
 
 
-def _gateway(
-    snap: observed.Snapshot,
-    plan: render.Plan,
-    defaults: GatewayDefaults,
-    wiring: bus.Wiring | None,
-    rolled_out: bool,
-    shaped: gateway_settings.Shape,
-) -> list[w.Write]:
-    if not snap.watches:
-        return []  # without a ResourceWatch there is no gateway: garbage collection removes its objects
-    owners = objects.owner_references([(rw.name, rw.id.uid) for rw in snap.watches])
-    return _service_last(
-        [
-            *_bus_credentials(snap, wiring, owners, rolled_out),
-            *_gateway_writes(snap, plan, defaults, wiring, owners, shaped.service_annotations),
-            *gateway_policy.writes(snap, shaped, owners, plan.config, wiring),
-            *_collectable(snap, plan),
-        ]
-    )
-
-
-def _service_last(todo: list[w.Write]) -> list[w.Write]:
-    """`todo` with the gateway Service's apply after every other write of the gateway's objects, deletions included.
-
-    A refused write ends the pass, and the Service is the object the API server refuses for reasons outside the
-    namespace (a fixed node port another namespace holds, a quota on node ports): behind it, a deleted McpGateway's
-    replicas, resources and budget would stay as it left them. No other write needs the Service first.
-    """
-    service = w.Ref("services", objects.NAME)
-    last = [x for x in todo if isinstance(x, w.ApplyObject) and x.ref == service]
-    rest = [x for x in todo if not (isinstance(x, w.ApplyObject) and x.ref == service)]
-    return [*rest, *(w.ApplyObject(w.Stage.COLLECT, x.ref, x.body) for x in last)]
-
-
-def _gateway_writes(
-    snap: observed.Snapshot,
-    plan: render.Plan,
-    defaults: GatewayDefaults,
-    wiring: bus.Wiring | None,
-    owners: list[dict[str, Any]],
-    service_annotations: dict[str, str],
-) -> list[w.Write]:
-    ns = snap.namespace
-    out: list[w.Write] = [*_config_secret(snap, plan, owners)]
-    deployment = snap.deployment.applied if snap.deployment else None
-    desired = objects.deployment(ns, plan.hash, defaults, owners, bus.pod_env(wiring))
-    for live, ref, body in (
-        (snap.service_account, w.Ref("serviceaccounts", objects.NAME), objects.service_account(ns, owners)),
-        (snap.service, w.Ref("services", objects.NAME), objects.service(ns, owners, defaults, service_annotations)),
-        (deployment, w.Ref("deployments", objects.NAME, "apps"), desired),
-    ):
-        if live is None or not live.covers(body) or gateway_settings.differs_exactly(live, body):
-            out.append(w.ApplyObject(w.Stage.GATEWAY, ref, body))
-    return out
-
-
 def _mcp_gateway(
     snap: observed.Snapshot, shaped: gateway_settings.Shape, now: float, decided: dict[w.Ref, dict[str, Any]]
 ) -> list[w.Write]:
@@ -323,92 +265,6 @@ def _mcp_gateway(
     ref = w.Ref(gateway_settings.PLURAL, gateway_settings.NAME, GROUP)
     decided[ref] = after = gateway_settings.status(snap.mcp_gateway, shaped, bool(snap.watches), now)
     return [w.MergePatchStatus(ref, after)] if statuses.changed(snap.mcp_gateway.status, after) else []
-
-
-def _config_secret(snap: observed.Snapshot, plan: render.Plan, owners: list[dict[str, Any]]) -> list[w.Write]:
-    """Immutable and named by content: an existing one is already right; only its owners may need updating."""
-    body = objects.config_secret(snap.namespace, plan.config, plan.hash, owners)
-    ref = w.Ref("secrets", body["metadata"]["name"])
-    existing = snap.secret(ref.name)
-    if existing is None:
-        return [w.CreateObject(w.Stage.GATEWAY, ref, body)]
-    if existing.owner_uids != {o["uid"] for o in owners}:
-        return [w.MergePatch(w.Stage.GATEWAY, ref, {"metadata": {"ownerReferences": owners}})]
-    return []
-
-
-def _bus_credentials(
-    snap: observed.Snapshot,
-    wiring: bus.Wiring | None,
-    owners: list[dict[str, Any]],
-    rolled_out: bool,
-) -> list[w.Write]:
-    """The namespace's managed bus credentials: the pods' copy of its derived password, kept owned by every watch.
-
-    Decided before the Deployment in the same stage, so the Secret exists before a pod template refers to it.
-    The name is the operator's: a Secret of that name holding anything else (a tenant's edit, or one written
-    before the operator made it) is replaced, so that the pods get the password the server has. One the
-    namespace no longer uses (one replica, or an external bus) is deleted once every pod runs the configuration
-    without it: until then a restarting container of an older pod still reads it.
-    """
-    ref = w.Ref("secrets", bus.CREDENTIALS_SECRET)
-    existing = snap.secret(ref.name)
-    if not _managed(wiring) or wiring is None or wiring.password is None:
-        return [w.DeleteObject(ref)] if _has_bus_secret(snap) and rolled_out else []
-    body = bus.credentials_secret(snap.namespace, wiring.password, owners)
-    if existing is None:
-        return [w.CreateObject(w.Stage.GATEWAY, ref, body)]
-    if not _holds(existing, snap.namespace, wiring.password):
-        return [w.ApplyObject(w.Stage.GATEWAY, ref, body)]
-    if existing.owner_uids != {o["uid"] for o in owners}:
-        # As for the configuration Secret: owned by one watch only, it would go with that watch.
-        return [w.MergePatch(w.Stage.GATEWAY, ref, {"metadata": {"ownerReferences": owners}})]
-    return []
-
-
-def _holds(secret: observed.Secret, namespace: str, password: str) -> bool:
-    """The credentials Secret is the operator's, as made: its label, the account's user and the password."""
-    wanted = {bus.USER_KEY: bus.account_user(namespace), bus.PASSWORD_KEY: password}
-    labelled = all(secret.labels.get(k) == "true" for k in (bus.CREDENTIALS_LABEL, objects.WATCHED_LABEL))
-    return labelled and secret.data == wanted
-
-
-def _bus_account(snap: observed.Snapshot, todo: Sequence[w.Write]) -> bool:
-    """Whether the namespace holds managed bus credentials once the writes `todo` are done.
-
-    Without a watch it keeps them until the garbage collector removes them; that deletion is an event, and the
-    pass it starts reports the change.
-    """
-    ref = w.Ref("secrets", bus.CREDENTIALS_SECRET)
-    for write in todo:
-        if isinstance(write, w.CreateObject | w.DeleteObject) and write.ref == ref:
-            return isinstance(write, w.CreateObject)
-    return _has_bus_secret(snap)
-
-
-def _managed(wiring: bus.Wiring | None) -> bool:
-    return wiring is not None and wiring.managed
-
-
-def _has_bus_secret(snap: observed.Snapshot) -> bool:
-    """The namespace holds the operator's bus credentials (a user's Secret of that name is never touched)."""
-    found = snap.secret(bus.CREDENTIALS_SECRET)
-    return found is not None and found.labels.get(bus.CREDENTIALS_LABEL) == "true"
-
-
-def _collectable(snap: observed.Snapshot, plan: render.Plan) -> list[w.Write]:
-    """Configuration Secrets that no ReplicaSet (current, starting, or kept for rollback) mounts any more."""
-    needed = {objects.config_secret_name(plan.hash)}
-    if snap.deployment is not None and snap.deployment.config_secret:
-        needed.add(snap.deployment.config_secret)  # its ReplicaSet may not exist yet
-    for rs in snap.replicasets:
-        needed |= rs.secrets
-    return [w.DeleteObject(w.Ref("secrets", s.name)) for s in snap.secrets if _is_config(s) and s.name not in needed]
-
-
-def _is_config(secret: observed.Secret) -> bool:
-    ours = objects.HASH_LABEL in secret.labels and objects.SELECTOR.items() <= secret.labels.items()
-    return ours and secret.name.startswith(objects.CONFIG_PREFIX)
 
 
 # --- what users see -----------------------------------------------------------------------------------------
