@@ -17,21 +17,12 @@ generated sentence (`SUBSCRIBABLE_SENTENCE`, never written by hand) and carries 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import mcp.types as types
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp_types import methods
-from mcp_types.version import (
-    HANDSHAKE_PROTOCOL_VERSIONS,
-    LATEST_HANDSHAKE_VERSION,
-    LATEST_MODERN_VERSION,
-    MODERN_PROTOCOL_VERSIONS,
-)
-
 from mcpg_gateway.contract import config
-from mcpg_gateway.endings import REASONS, SUBSCRIBABLE_META_KEY, WATCH_END_META_KEY, WATCH_META_KEY
+from mcpg_gateway.fanout.endings import REASONS, SUBSCRIBABLE_META_KEY, WATCH_END_META_KEY, WATCH_META_KEY
+from mcpg_gateway.sdk.protocol import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+from mcpg_gateway.sdk.surface import Surface
 
 PATH = "/.well-known/mcp/server-card.json"
 MCP_ENDPOINT = "/mcp"
@@ -75,53 +66,6 @@ def meta(entry: config.Entry) -> dict[str, Any] | None:
 
 
 # --- the card --------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Surface:
-    """What the MCP server tells a client about itself when it connects, in each protocol era, as sent."""
-
-    name: str
-    version: str
-    instructions: str | None
-    handshake: dict[str, Any]
-    """The capabilities of the `initialize` result at `LATEST_HANDSHAKE_VERSION`, as on the wire."""
-    modern: dict[str, Any]
-    """The capabilities of the `server/discover` result at `LATEST_MODERN_VERSION`, as on the wire."""
-    stateful: bool
-    """Sessions are kept: the only way a `resources/subscribe` can be told anything (on the session's GET stream)."""
-
-
-def surface(manager: StreamableHTTPSessionManager) -> Surface:
-    """The surface of the server `manager` serves, built the way the SDK builds each answer, then sent through
-    the SDK's own per-version serializer, so the card says what a client reads and not what a model holds."""
-    server = manager.app
-    init = server.create_initialization_options()
-    handshake = types.InitializeResult(
-        protocol_version=LATEST_HANDSHAKE_VERSION,
-        capabilities=init.capabilities,
-        server_info=types.Implementation(name=init.server_name, version=init.server_version),
-        instructions=init.instructions,
-    )
-    modern = types.DiscoverResult(
-        supported_versions=list(MODERN_PROTOCOL_VERSIONS),
-        capabilities=server.get_capabilities(protocol_version=LATEST_MODERN_VERSION),
-    )
-    return Surface(
-        name=init.server_name,
-        version=init.server_version,
-        instructions=init.instructions,
-        handshake=_sent_capabilities("initialize", LATEST_HANDSHAKE_VERSION, handshake),
-        modern=_sent_capabilities("server/discover", LATEST_MODERN_VERSION, modern),
-        stateful=not manager.stateless,
-    )
-
-
-def _sent_capabilities(method: str, version: str, result: types.Result) -> dict[str, Any]:
-    # The serializer keeps only what `version`'s schema has (a 2025-11-25 initialize carries no `extensions`).
-    dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
-    capabilities: dict[str, Any] = methods.serialize_server_result(method, version, dumped)["capabilities"]
-    return capabilities
 
 
 def server_card(cfg: config.GatewayConfig, served: Surface) -> dict[str, Any]:

@@ -1,9 +1,9 @@
-"""Who is calling /mcp: bearer tokens to principals, through the MCP SDK's own auth hooks.
+"""Who is calling /mcp: bearer tokens to principals, through the MCP SDK's own auth hooks (`sdk/auth.py`).
 
-The SDK's `BearerAuthBackend` asks our `TokenVerifier` about the token, `RequireAuthMiddleware` answers 401 with
-`WWW-Authenticate`, and `AuthContextMiddleware` makes the caller visible to handlers as `get_access_token()`.
-The SDK also binds each stateful session to the credential (client_id) that opened it, so the principal_id is
-the client_id: a session opened by one principal answers 404 to any other. Tokens are configured and compared
+The SDK's bearer backend asks our `TokenVerifier` about the token, answers 401 with `WWW-Authenticate`, and
+makes the caller visible to handlers (`current()`). The SDK also binds each stateful session to the credential
+(client_id) that opened it, so the principal_id is the client_id: a session opened by one principal answers 404
+to any other. Tokens are configured and compared
 only as SHA-256 digests, and the raw token is never kept beyond the request that presented it.
 """
 
@@ -16,16 +16,14 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from mcp.server.auth.middleware.auth_context import AuthContextMiddleware, get_access_token
-from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, BearerAuthBackend, RequireAuthMiddleware
-from mcp.server.auth.provider import AccessToken
 from starlette.authentication import AuthCredentials
-from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp
 
 from mcpg_gateway.contract import config
 from mcpg_gateway.metrics import Metrics
+from mcpg_gateway.sdk import auth
+from mcpg_gateway.sdk.auth import AccessToken, AuthenticatedUser, BearerAuthBackend
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +82,7 @@ class Identity:
 
     def current(self) -> Principal | None:
         """The principal of the request being handled (the SDK's auth context)."""
-        return self.principal_of(get_access_token())
+        return self.principal_of(auth.current_token())
 
 
 def access_token(principal: Principal) -> AccessToken:
@@ -123,5 +121,4 @@ class _Backend(BearerAuthBackend):
 
 def protect(app: ASGIApp, identity: Identity, metrics: Metrics) -> ASGIApp:
     """Wrap `app` so it runs only for a known principal (401 with `WWW-Authenticate` otherwise)."""
-    guarded = AuthContextMiddleware(RequireAuthMiddleware(app, required_scopes=[]))
-    return AuthenticationMiddleware(guarded, backend=_Backend(identity, metrics))
+    return auth.required(app, _Backend(identity, metrics))

@@ -1,10 +1,9 @@
 """An /mcp request as the gateway reads it, once, before the SDK reads any of it.
 
-The SDK routes a request by the FIRST `mcp-protocol-version` field (a handshake version or none: the stateful
-path; anything else: 2026-07-28, no session) and finds its session by the first `mcp-session-id`, each matched by
-its exact lower-case name. The session limit once read the last value instead, and a request carrying two versions
-opened sessions it never counted (issue 30). So `Front`, outermost on /mcp, classifies each request once, the SDK's
-way, into an `McpRequest` kept in the scope, and every later reader (the session limit, the stream index) takes it.
+How the SDK routes a request (its era, the session it names or opens) is the SDK's knowledge (`sdk/requests.py`).
+The session limit once read the headers its own way, and a request carrying two versions opened sessions it never
+counted (issue 30). So `Front`, outermost on /mcp, classifies each request once, the SDK's way, into an
+`McpRequest` kept in the scope, and every later reader (the session limit, the stream index) takes it (`of`).
 
 What a client chooses it may not make costly: ids, `_meta` and initialize's parameters live as long as their
 stream or session, and a listen's id is copied into every notification. `Envelope`, behind authentication (an
@@ -16,25 +15,22 @@ over its bound (400, naming it), and hands the SDK the very bytes it read.
 from __future__ import annotations
 
 import asyncio
-import enum
 import json
-from collections.abc import Iterable
 from dataclasses import dataclass
 
-import pydantic_core
-from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
-from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
-from mcp_types.jsonrpc import INVALID_PARAMS, INVALID_REQUEST
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcpg_gateway.contract import config, uris
 from mcpg_gateway.metrics import Metrics
+from mcpg_gateway.sdk.protocol import INVALID_PARAMS, INVALID_REQUEST
+from mcpg_gateway.sdk.requests import LAST_EVENT_ID_HEADER, first, parsed
+
+# The SDK's reading of a request's headers, which the gateway's readers take from here (with `of`).
+from mcpg_gateway.sdk.requests import Era as Era
+from mcpg_gateway.sdk.requests import McpRequest as McpRequest
+from mcpg_gateway.sdk.requests import classify as classify
 
 SCOPE_KEY = "mcpg.request"
-VERSION_HEADER = MCP_PROTOCOL_VERSION_HEADER.encode("ascii")
-SESSION_HEADER = MCP_SESSION_ID_HEADER.encode("ascii")
-LAST_EVENT_ID_HEADER = b"last-event-id"
 CONTENT_LENGTH_HEADER = b"content-length"
 
 ID_MAX_BYTES = 256
@@ -76,43 +72,6 @@ def body_limit(limits: config.LimitsConfig) -> int:
 # --- classification ---------------------------------------------------------------------------------------------
 
 
-class Era(enum.Enum):
-    HANDSHAKE = "handshake"
-    """Up to 2025-11-25: initialize, a session (`Mcp-Session-Id`), its GET stream."""
-    MODERN = "modern"
-    """2026-07-28 (or any version the handshake era does not know): one self-contained POST, no session."""
-
-
-@dataclass(frozen=True, slots=True)
-class McpRequest:
-    """How the SDK will treat a request, as far as its headers decide it."""
-
-    era: Era
-    session_id: str | None
-    """The first `mcp-session-id` field; None without one."""
-    opens_session: bool
-    """The SDK's session manager admits a new session for it: a handshake-era request naming none (of any HTTP
-    method: one that is not an initialize is then refused, and its session discarded)."""
-
-
-def first(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> str | None:
-    """The first field named exactly `name` (lower case), as latin-1: how the SDK reads the headers it routes by
-    (its manager matches the protocol version so; starlette's `Headers.get`, for the session id, likewise)."""
-    for key, value in headers:
-        if key == name:
-            return value.decode("latin-1")
-    return None
-
-
-def classify(scope: Scope) -> McpRequest:
-    """How the SDK will route the request: its era by the protocol version, and the session it names or opens."""
-    headers = scope["headers"]
-    version = first(headers, VERSION_HEADER)
-    session_id = first(headers, SESSION_HEADER)
-    era = Era.HANDSHAKE if version is None or version in HANDSHAKE_PROTOCOL_VERSIONS else Era.MODERN
-    return McpRequest(era, session_id, opens_session=era is Era.HANDSHAKE and session_id is None)
-
-
 def of(scope: Scope) -> McpRequest:
     """The request's classification, made by `Front` (or made now, for a caller that did not come through it)."""
     found = scope.get(SCOPE_KEY)
@@ -122,9 +81,8 @@ def of(scope: Scope) -> McpRequest:
 class Front:
     """Outermost on /mcp: each request classified once, into the scope; `Last-Event-ID` dropped.
 
-    The gateway keeps no event store, and the SDK, asked to resume a GET stream without one, answered nothing (a
-    500 and an ERROR line). The spec lets a server that does not resume ignore the header: the GET is served as
-    a fresh stream. (Only exact lower-case names are dropped: they are the only ones the SDK reads.)"""
+    The gateway keeps no event store, and the SDK cannot resume a GET stream without one (`LAST_EVENT_ID_HEADER`).
+    The spec lets a server that does not resume ignore the header: the GET is served as a fresh stream."""
 
     def __init__(self, app: ASGIApp) -> None:
         self._app = app
@@ -150,14 +108,10 @@ class Refusal:
     message: str
 
 
-_UNREAD = object()
-"""What the SDK's own parser could not read: the SDK answers it itself."""
-
-
 def check(body: bytes, era: Era, listen_limit: int) -> Refusal | None:
     """Why `body` is refused, or None: the SDK gets it as it is. Only a JSON object read by the SDK's own parser
     for `era` is checked; anything else (not JSON, a batch, a scalar) the SDK refuses in its own words."""
-    decoded = _decoded(body, era)
+    decoded = parsed(body, era)
     if not isinstance(decoded, dict):
         return None
     if decoded.get("method") == "subscriptions/listen" and len(body) > listen_limit:
@@ -183,15 +137,6 @@ def check(body: bytes, era: Era, listen_limit: int) -> Refusal | None:
             f"initialize's params are more than {INITIALIZE_PARAMS_MAX_BYTES} bytes of JSON, the gateway's bound",
         )
     return None
-
-
-def _decoded(body: bytes, era: Era) -> object:
-    """`body` as the SDK reads it: its handshake-era transport with pydantic_core, its 2026-07-28 entry with json
-    (which also reads UTF-16 and lone surrogates); `_UNREAD` where that parser refuses it."""
-    try:
-        return pydantic_core.from_json(body) if era is Era.HANDSHAKE else json.loads(body)
-    except (ValueError, RecursionError):  # what the SDK's entries catch (RecursionError: deep nesting)
-        return _UNREAD
 
 
 def _id_refusal(request_id: object) -> Refusal | None:

@@ -9,28 +9,27 @@ request the way the SDK reads the headers (a handshake-era request naming no ses
 disagreed with the SDK's and let one principal open every session uncounted. Requests on existing sessions, and
 2026-07-28 requests (which open none), pass untouched.
 
-It counts the manager's own record of who opened each session (the SDK keeps it to bind a session to its
-creator; `test_sdk_contract.py` fails loudly if it moves), plus the opening requests still in flight, so a burst
-of concurrent openings cannot overshoot.
+It counts the manager's own record of who opened each session (`sdk/owners.py`: the SDK keeps it to bind a session
+to its creator), plus the opening requests still in flight, so a burst of concurrent openings cannot overshoot.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
-from typing import Any
 
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mcpg_gateway import errors, mcp_requests
 from mcpg_gateway.metrics import Metrics
+from mcpg_gateway.sdk import owners
+from mcpg_gateway.sdk.manager import SessionManager
 
 logger = logging.getLogger(__name__)
 
 
 class SessionLimit:
-    def __init__(self, app: ASGIApp, manager: StreamableHTTPSessionManager, limit: int, metrics: Metrics) -> None:
+    def __init__(self, app: ASGIApp, manager: SessionManager, limit: int, metrics: Metrics) -> None:
         self._app, self._manager, self._limit, self._metrics = app, manager, limit, metrics
         self._opening: Counter[str] = Counter()
 
@@ -53,10 +52,7 @@ class SessionLimit:
 
     def held(self, principal_id: str) -> int:
         """Sessions `principal_id` holds, counting the ones being opened now."""
-        owners: dict[str, Any] = self._manager._session_owners  # pinned SDK; see test_sdk_contract.py
-        return (
-            sum(1 for owner in owners.values() if owner.get("client_id") == principal_id) + self._opening[principal_id]
-        )
+        return owners.held(self._manager, principal_id) + self._opening[principal_id]
 
     async def _refuse(self, principal_id: str, held: int, send: Send) -> None:
         self._metrics.refusals.labels("session", str(errors.TOO_MANY_REQUESTS)).inc()

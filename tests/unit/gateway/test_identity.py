@@ -80,7 +80,7 @@ async def test_anonymous_access_serves_a_client_without_a_token_only_when_enable
     # Presenting a wrong token is not anonymity: it is refused even with anonymous access on.
     assert (await post(gw.mcp_url, INITIALIZE, bearer("wrong"))).status_code == 401
     async with subscribed(gw.mcp_url, "listen", HOOK):
-        [watcher] = gw.gw.running_watches()
+        [watcher] = gw.gw.fanout.running_watches()
         assert [s.principal.principal_id for s in watcher.subscribers if s.principal] == ["guest"]
 
 
@@ -94,7 +94,7 @@ async def test_each_subscriber_holds_the_principal_its_token_names(
         subscribed(gw.mcp_url, mode, HOOK, bearer(TOKENS["bob"])),
         subscribed(gw.mcp_url, mode, HOOK, bearer(TOKENS["carol"])),
     ):
-        [watcher] = gw.gw.running_watches()
+        [watcher] = gw.gw.fanout.running_watches()
         principals = {s.principal.principal_id: s.principal for s in watcher.subscribers if s.principal}
     assert set(principals) == {"alice", "bob", "carol"}
     alice = principals["alice"]

@@ -155,7 +155,7 @@ async def test_a_request_id_over_256_bytes_of_json_is_refused_naming_the_field(g
     for method, params in requests:
         resp = await post_modern(gw, method, modern_request(method, longest + "i", **params))
         refused(resp, 400, -32600, "the request's id is more than 256 bytes of JSON, the gateway's bound")
-    assert gw.gw.subscribers.listening == 0
+    assert gw.gw.fanout.listening == 0
 
 
 async def test_a_listen_id_that_is_not_unicode_is_refused_and_holds_no_stream(
@@ -166,7 +166,7 @@ async def test_a_listen_id_that_is_not_unicode_is_refused_and_holds_no_stream(
     body = modern_request("subscriptions/listen", "ID", notifications={"resourceSubscriptions": [HOOK]})
     resp = await post_modern(gw, "subscriptions/listen", body.replace(b'"ID"', b'"\\ud800"'))
     refused(resp, 400, -32600, "the request's id is not valid Unicode text (it holds a lone surrogate)")
-    assert gw.gw.subscribers.listening == 0
+    assert gw.gw.fanout.listening == 0
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
@@ -212,7 +212,7 @@ async def test_last_event_id_on_a_get_stream_is_ignored_and_the_stream_served_wi
         async with http.stream("GET", gw.mcp_url, headers=resume) as stream:
             assert stream.status_code == 200
             assert stream.headers["content-type"].startswith("text/event-stream")
-            await until(lambda: bool(gw.gw.streams._by_session))  # a fire before it would have nowhere to go
+            await until(lambda: bool(gw.gw.fanout._streams._by_session))  # a fire before it would have nowhere to go
             assert (await http.post(f"{gw.base}/webhooks/resource-updated/{TOKEN}")).status_code == 200
             async with asyncio.timeout(BOUND_S):
                 async for line in stream.aiter_lines():

@@ -1,50 +1,62 @@
-"""The MCP SDK internals the gateway relies on (mcp is pinned exactly). If an SDK upgrade moves one, this fails first.
+"""What the gateway relies on of the MCP SDK (mcp is pinned exactly), checked by behaviour through the real SDK.
 
-`mcp_handlers._connection` reaches `ServerSession._connection` for two things the SDK offers no public seam for:
-`state` (per-connection scratch, where a handshake-era session keeps its subscriber) and `exit_stack` (unwound
-when the session ends: DELETE, idle timeout or shutdown, which is the implicit unsubscribe).
-`sessions.SessionLimit` reads the session manager's record of who opened each session.
+Every reliance lives in `mcpg_gateway.sdk`; each test here drives the SDK itself (its session manager's ASGI app,
+called as an HTTP server would, or a whole gateway on loopback with the SDK's client), so an SDK upgrade that
+changes one fails here first, and names it:
 
-`mcp_requests` reads an /mcp request as the SDK will, before it does: the session it opens (or names) by the SDK's
-reading of the headers (checked here by asking the SDK itself), the body with the parser the SDK uses for the
-request's era, and why `Last-Event-ID` is dropped (the SDK resumes only with an event store).
-
-The notification path (`frames.py`, `streams.py`, `delivery.py`) writes `notifications/resources/updated` to the
-SDK's SSE streams itself. It relies on the bytes the SDK would write for the same message in each era (compared
-here with the SDK's own encoders), on the SDK handing a handler the HTTP request whose scope the gateway's
-middleware saw (`test_delivery.py` serves real clients of both eras through it), and on the SDK serving a
-handshake-era session's standalone stream as a GET carrying the session id.
+- a session's per-connection scratch is one across its requests, and its exit stack is unwound when the session
+  ends, which closes the gateway's subscriber of it (`sdk/connection.py`);
+- the manager's record of who opened each session counts a session opened and stops counting it once deleted
+  (`sdk/owners.py`, the session limit);
+- a request opens a session exactly when `sdk.requests.classify` says it does; the SDK refuses a body as JSON
+  exactly when `sdk.requests.parsed` does, in each era; and it serves no GET carrying `Last-Event-ID` without an
+  event store, which is why `mcp_requests.Front` drops the header;
+- the notification path (`fanout/frames.py`) writes the bytes the SDK would write for the same message in each
+  era (compared with the SDK's own encoders).
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
+import contextlib
 import json
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from typing import Any
 
+import httpx2
 import mcp.types as types
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from mcp.server import Server
 from mcp.server import _streamable_http_modern as modern
-from mcp.server.auth.middleware.bearer_auth import AuthorizationContext
-from mcp.server.connection import Connection
-from mcp.server.session import ServerSession
+from mcp.server.context import ServerRequestContext
 from mcp.server.streamable_http import EventMessage, StreamableHTTPServerTransport
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
-from mcp_types.jsonrpc import JSONRPCNotification
+from mcp_types.jsonrpc import PARSE_ERROR, JSONRPCNotification
 from sse_starlette import EventSourceResponse
 from sse_starlette.event import ensure_bytes
-from starlette.types import Message
+from starlette.types import ASGIApp, Message
 
-from mcpg_gateway import frames, mcp_handlers, mcp_requests
-from mcpg_gateway.endings import WATCH_META_KEY
+from mcpg_gateway import identity, mcp_requests
+from mcpg_gateway.fanout import frames
+from mcpg_gateway.fanout.endings import WATCH_META_KEY
+from mcpg_gateway.identity import Principal
+from mcpg_gateway.sdk import connection as connections
+from mcpg_gateway.sdk import manager as managers
+from mcpg_gateway.sdk import owners, requests
+from mcpg_gateway.sdk.auth import AuthenticatedUser
+from mcpg_gateway.sdk.protocol import SUBSCRIPTION_ID_META_KEY
+from mcpg_testing import BOUND_S
+from mcpg_testing.clients import legacy_client, subscribe
+from mcpg_testing.configs import bearer, gateway_config, principal, watched
+from mcpg_testing.gateways import GatewayFactory
+from mcpg_testing.watching import until
 
 WATCH = {"state": "active", "renewBy": "2026-12-01T04:00:00Z", "pollIntervalMs": 10000, "renewedByActivity": True}
+
+
+# --- the frames: byte for byte the SDK's ------------------------------------------------------------------------
 
 
 def _message(uri: str, meta: dict[str, Any]) -> JSONRPCNotification:
@@ -110,28 +122,70 @@ def test_frames_are_one_event_whose_data_is_one_line(uri: str) -> None:
     assert frame.count(b"\n") == 3  # event line, data line, blank line
 
 
-def test_a_server_session_keeps_its_connection_where_the_gateway_looks_for_it() -> None:
-    assert "self._connection = connection" in inspect.getsource(ServerSession.__init__)
-    assert "_connection" in inspect.getsource(mcp_handlers._connection)
+# --- the SDK's session manager, called as an HTTP server would ---------------------------------------------------
 
 
-def test_a_connection_has_per_connection_state_and_an_exit_stack() -> None:
-    hints = inspect.get_annotations(Connection, eval_str=True)
-    assert hints["state"] == dict[str, Any]
-    assert hints["exit_stack"] is AsyncExitStack
+@dataclass
+class Answer:
+    status: int | None = None
+    """None: the SDK's app returned without answering at all."""
+    headers: dict[bytes, bytes] = field(default_factory=dict)
+    body: bytes = b""
+
+    def error_code(self) -> int | None:
+        """The JSON-RPC error code of a JSON (or one-event SSE) answer; None if it carries none."""
+        data = self.body.split(b"data: ", 1)[-1]
+        error = json.loads(data).get("error") if data.strip() else None
+        return error["code"] if isinstance(error, dict) else None
 
 
-def test_the_session_manager_records_who_opened_each_session_where_the_session_limit_counts() -> None:
-    # sessions.SessionLimit counts a principal's sessions from this record (session id -> AuthorizationContext).
-    source = inspect.getsource(StreamableHTTPSessionManager)
-    assert "self._session_owners: dict[str, AuthorizationContext] = {}" in source
-    assert "self._session_owners[session_id] = requestor" in source
-    assert "self._session_owners.pop(session_id, None)" in source
-    assert AuthorizationContext.__annotations__["client_id"] in (str, "str")
-    # ...and that only a handshake-era request without a session id can open one (the modern era opens none).
-    assert "if pv is not None and pv not in HANDSHAKE_PROTOCOL_VERSIONS:" in source
+async def ask(
+    app: ASGIApp, method: str, headers: list[tuple[bytes, bytes]], body: bytes = b"", user: object = None
+) -> Answer:
+    """One request to `app`, its whole answer; a GET stream is left once it has started (the client disconnects)."""
+    scope: dict[str, Any] = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": "/mcp",
+        "raw_path": b"/mcp",
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(b"host", b"gw"), *headers],
+        "client": ("127.0.0.1", 40000),
+        "server": ("127.0.0.1", 8080),
+    }
+    if user is not None:
+        scope["user"] = user  # as the auth middleware leaves it (`sdk/auth.py`)
+    incoming: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
+    done = asyncio.Event()
+    answer = Answer()
+
+    async def receive() -> Message:
+        if incoming:
+            return incoming.pop()
+        await done.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            answer.status, answer.headers = message["status"], dict(message.get("headers", []))
+            if method == "GET":
+                done.set()
+        elif message["type"] == "http.response.body":
+            answer.body += message.get("body", b"")
+            if not message.get("more_body", False):
+                done.set()
+
+    async with asyncio.timeout(BOUND_S):
+        await app(scope, receive, send)
+    return answer
 
 
+_ACCEPT = [(b"accept", b"application/json, text/event-stream"), (b"content-type", b"application/json")]
+_V, _S = b"mcp-protocol-version", b"mcp-session-id"
 _INITIALIZE = json.dumps(
     {
         "jsonrpc": "2.0",
@@ -140,7 +194,122 @@ _INITIALIZE = json.dumps(
         "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
     }
 ).encode()
-_V, _S = b"mcp-protocol-version", b"mcp-session-id"
+ALICE = AuthenticatedUser(identity.access_token(Principal("alice")))
+
+
+def _message_body(method: str, request_id: int | None = None, **params: Any) -> bytes:
+    message: dict[str, Any] = {"jsonrpc": "2.0", "method": method, **({"params": params} if params else {})}
+    return json.dumps(message if request_id is None else {**message, "id": request_id}).encode()
+
+
+@contextlib.asynccontextmanager
+async def served(server: Server[Any] | None = None) -> AsyncIterator[tuple[managers.SessionManager, ASGIApp]]:
+    """A manager built as the gateway builds it (for `server`, or one with no handlers), running; its ASGI app.
+    (Not a fixture: the manager's task group must be left in the task that entered it.)"""
+    manager = managers.session_manager(
+        server or Server("contract"), idle_timeout_s=60, max_sessions=10, max_body_bytes=1 << 20
+    )
+    async with manager.run():
+        yield manager, managers.asgi_app(manager)
+
+
+async def open_session(app: ASGIApp, user: object = None) -> list[tuple[bytes, bytes]]:
+    """Initialize a session (and tell it `initialized`): the headers that name it."""
+    opened = await ask(app, "POST", _ACCEPT, _INITIALIZE, user)
+    assert opened.status == 200
+    session = [(_S, opened.headers[_S]), (_V, b"2025-11-25")]
+    assert (
+        await ask(app, "POST", [*_ACCEPT, *session], _message_body("notifications/initialized"), user)
+    ).status == 202
+    return session
+
+
+# --- a session's scratch and its end (`sdk/connection.py`) ------------------------------------------------------
+
+
+class _Scratches:
+    """A subscribe handler that keeps what `sdk.connection` hands it, and is told when each session ends."""
+
+    def __init__(self) -> None:
+        self.seen: list[dict[str, Any]] = []
+        self.ended: list[str] = []
+
+    async def subscribe(self, ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams) -> Any:
+        scratch = connections.of(ctx)
+        if not scratch.state:
+            scratch.exit_stack.callback(self.ended.append, params.uri)
+        scratch.state[params.uri] = True
+        self.seen.append(scratch.state)
+        return types.EmptyResult()
+
+
+async def test_a_session_s_scratch_is_one_across_its_requests_and_its_exit_stack_unwinds_when_it_is_deleted() -> None:
+    scratches = _Scratches()
+    async with served(Server("contract", on_subscribe_resource=scratches.subscribe)) as (_, app):
+        first, second = await open_session(app), await open_session(app)
+        for n, (session, uri) in enumerate([(first, "a://1"), (first, "a://2"), (second, "b://1")], start=2):
+            answer = await ask(app, "POST", [*_ACCEPT, *session], _message_body("resources/subscribe", n, uri=uri))
+            assert (answer.status, answer.error_code()) == (200, None)
+        assert scratches.seen[0] is scratches.seen[1]  # one session's requests share its scratch...
+        assert scratches.seen[2] is not scratches.seen[0]  # ...and no other session's
+        assert scratches.ended == []
+        assert (await ask(app, "DELETE", first)).status == 200
+        await until(lambda: scratches.ended == ["a://1"])  # only the deleted session's stack unwound
+    assert scratches.ended == ["a://1", "b://1"]  # and every other one's when the manager stops
+
+
+async def test_a_session_s_subscriber_is_closed_when_its_session_ends(gateway_factory: GatewayFactory) -> None:
+    raw = gateway_config(
+        watched("a", "drive://a", {"type": "webhook", "token": "tok-a"}),
+        watched("b", "drive://b", {"type": "webhook", "token": "tok-b"}),
+    )
+    gw = await gateway_factory(raw)
+
+    def session_subscribers() -> float:
+        return gw.gw.metrics.registry.get_sample_value("mcpg_subscribers", {"kind": "session"}) or 0.0
+
+    async with legacy_client(gw.mcp_url) as sub:
+        await subscribe(sub, "drive://a")
+        await subscribe(sub, "drive://b")
+        assert session_subscribers() == 1  # the session's one subscriber, kept in its scratch across requests
+    # Leaving the client sends DELETE: the SDK unwinds the session's exit stack, which closes the subscriber.
+    await until(lambda: session_subscribers() == 0)
+
+
+# --- who opened each session (`sdk/owners.py`) ------------------------------------------------------------------
+
+
+async def test_the_session_record_counts_a_session_opened_and_not_once_it_is_deleted() -> None:
+    async with served() as (manager, app):
+        assert owners.held(manager, "alice") == 0
+        session = await open_session(app, ALICE)
+        assert (owners.held(manager, "alice"), owners.held(manager, "bob")) == (1, 0)
+        assert (await ask(app, "DELETE", session, user=ALICE)).status == 200
+        await until(lambda: owners.held(manager, "alice") == 0)
+
+
+async def test_the_session_limit_counts_a_session_opened_then_deleted(gateway_factory: GatewayFactory) -> None:
+    auth = {"principals": [principal("alice-token", "alice")]}
+    raw = gateway_config(watched("a", "drive://a", {"type": "webhook", "token": "tok-a"}), auth=auth)
+    raw["gateway"]["limits"] = {"sessions_per_principal": 1}
+    gw = await gateway_factory(raw)
+    alice = {
+        **bearer("alice-token"),
+        "accept": "application/json, text/event-stream",
+        "content-type": "application/json",
+    }
+    async with httpx2.AsyncClient(timeout=BOUND_S) as http:
+        opened = await http.post(gw.mcp_url, content=_INITIALIZE, headers=alice)
+        assert opened.status_code == 200
+        assert (await http.post(gw.mcp_url, content=_INITIALIZE, headers=alice)).status_code == 429  # counted
+        session = {**alice, "mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+        assert (await http.delete(gw.mcp_url, headers=session)).status_code == 200
+        assert (await http.post(gw.mcp_url, content=_INITIALIZE, headers=alice)).status_code == 200  # no longer
+
+
+# --- a request read the SDK's way (`sdk/requests.py`) -----------------------------------------------------------
+
+
 _HEADER_VARIANTS = [
     [],
     [(_V, b"2025-11-25")],
@@ -157,58 +326,49 @@ _HEADER_VARIANTS = [
 ]
 
 
-async def _opened_a_session(manager: StreamableHTTPSessionManager, headers: list[tuple[bytes, bytes]]) -> bool:
-    """POST initialize straight to the SDK's app with `headers`: whether its manager opened a session for it."""
-    before = len(manager._server_instances)
-    base = [
-        (b"host", b"gw"),
-        (b"accept", b"application/json, text/event-stream"),
-        (b"content-type", b"application/json"),
-    ]
-    scope = {"type": "http", "method": "POST", "path": "/mcp", "headers": [*base, *headers], "query_string": b""}
-    incoming: list[Message] = [{"type": "http.request", "body": _INITIALIZE, "more_body": False}]
-    done = asyncio.Event()
-
-    async def receive() -> Message:
-        if incoming:
-            return incoming.pop()
-        await done.wait()
-        return {"type": "http.disconnect"}
-
-    async def send(message: Message) -> None:
-        if message["type"] == "http.response.body" and not message.get("more_body", False):
-            done.set()
-
-    async with asyncio.timeout(10):
-        await manager.handle_request(scope, receive, send)
-    return len(manager._server_instances) > before
-
-
 @pytest.mark.parametrize("headers", _HEADER_VARIANTS)
 async def test_the_sdk_opens_a_session_exactly_for_the_requests_the_gateway_classifies_as_opening_one(
     headers: list[tuple[bytes, bytes]],
 ) -> None:
-    # The session limit counts what `mcp_requests.classify` says opens a session; the SDK must agree, header for
-    # header (first field of an exact lower-case name), or a principal opens sessions the limit never counts.
-    manager = StreamableHTTPSessionManager(Server("contract"), stateless=False)
-    async with manager.run():
-        opened = await _opened_a_session(manager, headers)
-    assert opened is mcp_requests.classify({"type": "http", "headers": headers}).opens_session
+    # The session limit counts what `classify` says opens a session; the SDK must agree, header for header (first
+    # field of an exact lower-case name), or a principal opens sessions the limit never counts.
+    async with served() as (manager, app):
+        await ask(app, "POST", [*_ACCEPT, *headers], _INITIALIZE, ALICE)
+        opened = owners.held(manager, "alice") == 1
+    assert opened is requests.classify({"type": "http", "headers": headers}).opens_session
 
 
-def test_the_sdk_parses_each_era_s_body_with_the_parser_the_envelope_check_uses() -> None:
-    # `mcp_requests.check` reads a body with the same parser as the SDK for its era (they differ: json also reads
-    # UTF-16 and lone surrogates), so it never passes unchecked what the SDK would read.
-    assert "raw_message = pydantic_core.from_json(body)" in inspect.getsource(
-        StreamableHTTPServerTransport._handle_post_request
-    )
-    assert "decoded = json.loads(body)" in inspect.getsource(modern.handle_modern_request)
+_PING = {"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {}}
+_BODIES = {
+    "utf-8": json.dumps(_PING).encode(),
+    "utf-16": json.dumps(_PING).encode("utf-16"),  # json reads it (it detects the encoding), pydantic_core does not
+    "utf-32": json.dumps(_PING).encode("utf-32"),
+    "lone surrogate": json.dumps({**_PING, "id": "\ud800"}).encode(),
+    "not json": b'{"jsonrpc": "2.0", ',
+    "trailing text": json.dumps(_PING).encode() + b" x",
+}
 
 
-def test_the_sdk_resumes_a_get_stream_only_with_an_event_store() -> None:
-    # Without one it answers a GET carrying Last-Event-ID with nothing at all, which is why `mcp_requests.Front`
-    # drops the header (the gateway runs no event store).
-    assert "if last_event_id := request.headers.get(LAST_EVENT_ID_HEADER):" in inspect.getsource(
-        StreamableHTTPServerTransport._handle_get_request
-    )
-    assert "if not event_store:\n            return" in inspect.getsource(StreamableHTTPServerTransport._replay_events)
+@pytest.mark.parametrize("era", list(requests.Era))
+@pytest.mark.parametrize("body", list(_BODIES.values()), ids=list(_BODIES))
+async def test_the_sdk_refuses_a_body_as_json_exactly_when_the_envelope_check_s_parser_does(
+    era: requests.Era, body: bytes
+) -> None:
+    # `mcp_requests.check` reads a body with the SDK's parser for its era (they differ: json also reads UTF-16 and
+    # lone surrogates), so it never passes unchecked what the SDK would read.
+    version = b"2025-11-25" if era is requests.Era.HANDSHAKE else b"2026-07-28"
+    async with served() as (_, app):
+        answer = await ask(app, "POST", [*_ACCEPT, (_V, version)], body)
+    assert (answer.error_code() == PARSE_ERROR) is (requests.parsed(body, era) is requests.UNREAD)
+
+
+async def test_the_sdk_serves_no_get_stream_asked_to_resume_without_an_event_store() -> None:
+    # Which is why `mcp_requests.Front` drops `Last-Event-ID` (the gateway runs no event store): through it, the
+    # same GET is served as a fresh stream.
+    async with served() as (_, app):
+        stream = [(b"accept", b"text/event-stream"), *await open_session(app)]
+        resume = [*stream, (requests.LAST_EVENT_ID_HEADER, b"stream-1:7")]
+        assert (await ask(app, "GET", resume)).status != 200
+        fresh = await ask(mcp_requests.Front(app), "GET", resume)
+    assert fresh.status == 200
+    assert fresh.headers[b"content-type"].startswith(b"text/event-stream")

@@ -19,7 +19,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from mcpg_gateway import card
 from mcpg_gateway.contract import config
-from mcpg_gateway.endings import REASONS, SUBSCRIBABLE_META_KEY, WATCH_END_META_KEY
+from mcpg_gateway.fanout.endings import REASONS, SUBSCRIBABLE_META_KEY, WATCH_END_META_KEY
 from mcpg_testing.clients import ERAS
 from mcpg_testing.configs import bearer, gateway_config, principal, resource
 from mcpg_testing.gateways import GatewayFactory, RunningGateway
