@@ -7,7 +7,10 @@ Module map (a request's path through it, top to bottom):
                     (config: the model; documents: YAML read within a bound on its expanded size and depth;
                     loading: YAML, ${env.X}, schema; cel: policies and filters compiled;
                     check: the whole question; templates: URI templates, matched in linear time; uris: the one
-                    canonical spelling, the length cap, what a variable may hold; errors: Problem, ConfigError)
+                    canonical spelling, the length cap, what a variable may hold; pointers: the JSON Pointers of
+                    watch.strategy.ignore; errors: Problem, ConfigError)
+    sdk/            the one door to the MCP SDK: protocol versions and codes, how it reads a request, the session
+                    manager, session owners, a connection's scratch, auth, what each era advertises (its own map)
     servers         the two HTTP servers and the MCP session manager, started and stopped in order
     connections     per port: the connection cap, and a deadline for every state of a connection
     request_heads   request heads held to fixed limits below every route; a repeated singleton header refused
@@ -15,28 +18,28 @@ Module map (a request's path through it, top to bottom):
     stdio_transport newline-delimited JSON-RPC on stdin/stdout, read on the event loop, bounded, errors answered
     public_app      port 8080: /mcp (classified, origins, identity, sessions, envelope), webhooks, health
     mcp_requests    an /mcp request read once: its era and session the SDK's way; its body, ids and _meta bounded
+    sessions        the sessions-per-principal limit, counted where the SDK opens sessions
+    card            the server card (`/.well-known/mcp/server-card.json`) and the resource `_meta` it shares
     admin_app       port 9090: /metrics and /admin/v1/*
     origins         the Origin rule shared by /mcp and the webhook route
     identity        bearer tokens to principals, through the MCP SDK's auth hooks
-    mcp_handlers    list, read, subscribe (handshake era) and subscriptions/listen (2026-07-28)
-    webhooks        POST /webhooks/resource-updated/{token}: token index, route, and the passive webhook watch
-    gateway         `Gateway`: everything above wired once from a configuration, behind a narrow API
+    mcp_handlers    list, read, subscribe (handshake era) and subscriptions/listen (2026-07-28), through the fan-out
+    webhook_route   POST /webhooks/resource-updated/{token}: the route (its token index is the webhook strategy's)
+    gateway         `Gateway`: everything below wired once from a configuration; readiness, start and stop
     catalog         which entry serves a concrete URI (resources, templates and their variables)
     policy          read policies and notification filters, evaluated fail-closed
     reader          reading a resource through its backend binding: capped, no redirects off-origin, no cookies,
                     a queue of connections per upstream origin
-    watchers        one watcher per subscribed URI; a fire tells each subscriber its audience admits, once
+    fanout/         the notification path behind one object, `fanout.Fanout` (its own map): watchers, lease,
+                    lifetimes, limits, endings, subscribers, delivery (stream and session writers), frames,
+                    streams, eager
     bus             N gateways as one (gateway.bus): fires published once on NATS, told by every process
     ownership       pull watches read by one gateway for all: leases, stored state, handover, self-fencing
     buckets         the bus's key-value buckets (<bucket>-owners, <bucket>-state), created if missing
     peers           what the other gateways on the bus say of their event sources, which /readyz weighs
-    subscribers     subscribers, their outboxes, and the one owner of their lifecycle
-    delivery        a fire's notification written to each subscriber's stream in the fire's own turn, or left to
-                    that subscriber's own task when it is behind (the outbox rule)
-    frames          notifications/resources/updated as SSE bytes, encoded once per fire; the SDK's bytes
-    streams         the /mcp SSE streams notifications are written to, found beside the SDK that owns them
-    eager           run a coroutine in the caller's turn, and give it a task only if it has to wait
-    strategies/     poll, nats_topic, postgres_listen_notify, sql_polling (+ sql_values, its state as text),
+    upstream_pauses after a 429, every read of that upstream with the same credentials waits out its pause
+    strategies/     base, poll, nats_topic, postgres_listen_notify, sql_polling (+ sql_values, its state as text;
+                    pg and reconnect, what the SQL ones share), webhook (passive, and the token index),
                     plugin (entry points), memory (tests)
     backoff         the one retry rhythm: 1, 2, 5, 10, then every 30 s
     cancellation    a cancel never lost (re-checked after awaits that may swallow it), and bounded shutdown waits

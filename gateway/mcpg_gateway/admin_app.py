@@ -104,7 +104,7 @@ def _from_now(seconds: float | None) -> str | None:
 
 def _watches(gw: Gateway) -> dict[str, Any]:
     out = []
-    for w in gw.running_watches():
+    for w in gw.fanout.running_watches():
         strategy = w.binding.watch.strategy if w.binding.watch else None
         out.append(
             {
@@ -113,7 +113,7 @@ def _watches(gw: Gateway) -> dict[str, Any]:
                 "strategy": w.strategy_type,
                 "subscribers": len(w.subscribers),
                 "interval_ms": getattr(strategy, "effective_interval_ms", None),
-                "cadence_ms": _ms(gw.cadence_s(w)),
+                "cadence_ms": _ms(gw.fanout.cadence_s(w)),
                 "started": _iso(w.started_at),
                 "last_fired": _iso(w.last_fired),
                 "last_successful_read": _iso(w.stats.last_success),
@@ -122,7 +122,7 @@ def _watches(gw: Gateway) -> dict[str, Any]:
                 "source": _source(w.stats.connection),
                 "owner": gw.owner_of(w.uri),
                 "lease_holder": _holder(gw, w.uri),
-                "rate_limited_until": _from_now(gw.http_reader().paused_for(w.binding)),
+                "rate_limited_until": _from_now(gw.reader.paused_for(w.binding)),
             }
         )
     return {"watches": out, "stopping": _stopping(gw)}
@@ -138,7 +138,7 @@ def _stopping(gw: Gateway) -> list[dict[str, Any]]:
     return [
         {"uri": s.subject.uri, "resource": s.subject.binding.entry.name, "strategy": s.subject.strategy_type}
         | {"stopping_since": _iso(s.since)}
-        for s in gw.stopping_watches()
+        for s in gw.fanout.stopping_watches()
     ]
 
 
@@ -229,6 +229,6 @@ def _upstreams(gw: Gateway) -> dict[str, Any]:
                 "total_429s": u.total,
                 "resources": list(u.resources),
             }
-            for u in gw.http_reader().pauses.snapshot()
+            for u in gw.reader.pauses.snapshot()
         ]
     }

@@ -70,6 +70,17 @@ Receiver = Callable[[str], Awaitable[None]]
 """Tell this process's subscribers of a URI another process published a fire for."""
 
 
+@dataclass(frozen=True, slots=True)
+class Hooks:
+    """What the bus tells the gateway, given when the bus is built."""
+
+    receiver: Receiver | None = None
+    on_connect: Callable[[], Coroutine[Any, Any, None]] | None = None
+    """Called on every connection (the first and each reconnect): the gateway fires what it holds."""
+    on_sources: Callable[[bytes, float], None] | None = None
+    """Given each report another gateway published on `<prefix>.sources` (`peers.py`), and when it came."""
+
+
 def uri_hash(uri: str) -> str:
     return hashlib.sha256(uri.encode()).hexdigest()[:HASH_HEX_CHARS]
 
@@ -145,8 +156,10 @@ class Bus:
         registry: CollectorRegistry,
         grace_s: float,
         rules: liveness.Rules | None = None,
+        hooks: Hooks | None = None,
     ) -> None:
         self.cfg, self.instance = cfg, instance
+        self._hooks = hooks or Hooks()
         self.rules = rules or liveness.Rules()
         self.where = address(cfg.url)
         self.metrics = metrics.BusMetrics(registry)
@@ -154,11 +167,6 @@ class Bus:
         self.buckets: buckets.Buckets | None = None
         self.buckets_error: str | None = None
         """Why the buckets could not be opened last time (credential-free), until they are."""
-        self.receiver: Receiver | None = None
-        self.on_connect: Callable[[], Coroutine[Any, Any, None]] | None = None
-        """Called on every connection (the first and each reconnect): the gateway fires what it holds."""
-        self.on_sources: Callable[[bytes, float], None] | None = None
-        """Given each report another gateway published on `<prefix>.sources` (`peers.py`), and when it came."""
         self._nc: NatsClient | None = None
         self._up = False
         self._losses = 0
@@ -288,8 +296,8 @@ class Bus:
         return f"{self.cfg.subject_prefix}.{peers.SUBJECT}"
 
     async def _on_sources(self, msg: Msg) -> None:
-        if self.on_sources is not None:
-            self.on_sources(msg.data, time.time())
+        if self._hooks.on_sources is not None:
+            self._hooks.on_sources(msg.data, time.time())
 
     def jetstream(self) -> JetStreamContext | None:
         return self._nc.jetstream(timeout=KV_TIMEOUT_S) if self._nc is not None else None
@@ -339,8 +347,8 @@ class Bus:
         await self._notify()
         if self._opener is None or self._opener.done():  # also on a reconnect: JetStream may have lost them
             self._opener = self._spawn(self._open_buckets(), "mcpg bus buckets")
-        if self.on_connect is not None:
-            self._spawn(self.on_connect(), "mcpg bus fire held")
+        if self._hooks.on_connect is not None:
+            self._spawn(self._hooks.on_connect(), "mcpg bus fire held")
 
     async def _on_disconnected(self) -> None:
         self._losses += 1
@@ -373,8 +381,8 @@ class Bus:
             self._malformed()
             return
         self.metrics.fires_received.inc()
-        if self.receiver is not None:
-            await self.receiver(uri)
+        if self._hooks.receiver is not None:
+            await self._hooks.receiver(uri)
 
     def _malformed(self) -> None:
         # Only a client of this namespace's account can publish here; a flood of junk must not become a log

@@ -1,7 +1,9 @@
-"""The `Gateway`: every moving part wired once from a configuration, behind a narrow API.
+"""The `Gateway`: every moving part wired once from a configuration, each collaborator given what it needs when built.
 
-Both front doors (the MCP handlers and the webhook route) and the admin API work through this object, so there
-is one watch registry, one subscriber set and one place that knows how to read a resource. It verifies the
+Both front doors (the MCP handlers and the webhook route) and the admin API start from this object, so there is
+one fan-out (`fanout/`: watches, subscribers, their writers), one reader and one catalog; they call those owners
+directly, and what is left here is what belongs to no one part: what a principal may see and read, a change
+announced on the bus and told here, which gateway reads a pull watch, readiness, start and stop. It verifies the
 configuration with the contract's own check (`contract/check.py`) against the plugins this process has, so it
 refuses exactly what the operator would have refused before rendering.
 
@@ -16,29 +18,12 @@ import asyncio
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
-from mcpg_gateway import (
-    bus,
-    cancellation,
-    catalog,
-    identity,
-    lease,
-    limits,
-    liveness,
-    ownership,
-    peers,
-    policy,
-    reader,
-    strategies,
-    streams,
-    subscribers,
-    watchers,
-    webhooks,
-)
+from mcpg_gateway import bus, cancellation, catalog, identity, liveness, ownership, peers, policy, reader, strategies
 from mcpg_gateway.contract import check, config
+from mcpg_gateway.fanout import fanout, watchers
 from mcpg_gateway.metrics import Metrics
-from mcpg_gateway.strategies import base, plugin
+from mcpg_gateway.strategies import base, plugin, webhook
 
 
 @dataclass
@@ -64,22 +49,17 @@ class Gateway:
         self.metrics = Metrics()
         plugins = self.options.plugins or plugin.PluginRegistry.load()
         expressions = check.verify(cfg, plugin_kinds=plugins.kinds, unusable_plugins=plugins.broken)
-        registry = strategies.Registry([*strategies.BUILTIN, webhooks.STRATEGY, plugins.strategy_type()])
+        registry = strategies.Registry([*strategies.BUILTIN, plugins.strategy_type()])
         self.identity = identity.Identity(cfg.gateway.auth)
-        self.webhooks = webhooks.build_index(cfg.mcp.capabilities.resources)
+        self.webhooks = webhook.build_index(cfg.mcp.capabilities.resources)
+        """The webhook tokens, for the route (`webhook_route.py`) and the admin API."""
         self._catalog = catalog.Catalog(cfg.mcp.capabilities)
         self._policies = policy.Policies(expressions, self.metrics.policy_errors)
-        self._reader = reader.HttpReader(self.options.clock, self.metrics, cfg.gateway.limits.upstream_connections)
-        self._shared = registry.open_shared(cfg)
+        self.reader = reader.HttpReader(self.options.clock, self.metrics, cfg.gateway.limits.upstream_connections)
+        """The one reader: resources/read, every watch's reads, and the upstream pauses the admin API shows."""
+        self.shared = registry.open_shared(cfg)
+        """The clients the watches of one strategy type share (the NATS connections of nats_topic), by type."""
         self.liveness = liveness.Rules.from_config(cfg.gateway.liveness)
-        build = watchers.build_with(
-            registry.build,
-            self._read_bytes,
-            self.options.clock,
-            self._shared,
-            digest=self._reader.digest,
-            rules=self.liveness,
-        )
         self.bus = self._bus(cfg.gateway.bus)
         entries = len(cfg.mcp.capabilities.resources) + len(cfg.mcp.capabilities.resource_templates)
         self.peers = peers.Peers(self.bus.instance, self.liveness, entries) if self.bus is not None else None
@@ -89,33 +69,28 @@ class Gateway:
             ownership.Owners(self.bus, self.options.clock, self._gateways_heard) if self.bus is not None else None
         )
         """Which pull watches this gateway reads for all (on a bus)."""
-        self._watches = watchers.WatchRegistry(
-            build,
-            self.metrics,
-            self.options.clock,
-            self._policies.should_tell,
-            owned=self.owners.run if self.owners is not None else None,
-            terms=lease.Terms.from_config(cfg.gateway.subscriptions),
-            limits_cfg=cfg.gateway.limits,
+        self.fanout = self._fanout(registry, cfg.gateway)
+        """Watches, subscribers and their writers (`fanout/`): what the handlers and the admin API talk to."""
+
+    def _fanout(self, registry: strategies.Registry, cfg: config.GatewaySection) -> fanout.Fanout:
+        clock = self.options.clock
+        build = watchers.build_with(
+            registry.build, self._read_bytes, clock, self.shared, digest=self.reader.digest, rules=self.liveness
         )
-        self.subscribers = subscribers.Subscribers(
-            self.metrics.subscribers, self._watches.drop, limits.Streams(cfg.gateway.limits)
-        )
-        self.streams = streams.Streams()
-        """The SSE streams of /mcp that notifications are written to (`streams.py`, `delivery.py`)."""
+        owned = self.owners.run if self.owners is not None else None
+        timeout_s = self.options.send_timeout_s
+        return fanout.Fanout(build, self.metrics, clock, self._policies.should_tell, cfg, timeout_s, owned)
 
     def _bus(self, cfg: config.BusConfig | None) -> bus.Bus | None:
         if cfg is None:
             return None
         instance = bus.instance_name(cfg, os.environ)
-        return bus.Bus(cfg, instance, self.metrics.registry, self.options.bus_grace_s, self.liveness)
+        hooks = bus.Hooks(receiver=self._received, on_connect=self._fire_held, on_sources=self._heard)
+        return bus.Bus(cfg, instance, self.metrics.registry, self.options.bus_grace_s, self.liveness, hooks)
 
     async def start(self) -> None:
         """Connect to the bus, if there is one: waits a bounded time, then serves anyway (and keeps trying)."""
         if self.bus is not None:
-            self.bus.receiver = self._received
-            self.bus.on_connect = self._fire_held
-            self.bus.on_sources = self._heard
             await self.bus.start(self.options.bus_connect_wait_s)
             self._reporter = asyncio.get_running_loop().create_task(self._report_sources(), name="mcpg sources")
 
@@ -124,21 +99,17 @@ class Gateway:
         own = self._unready_here()
         if own is not None:
             return own
-        if self.preferred_elsewhere() is not None:
+        if self.peers_decision().elsewhere is not None:  # a resource another gateway reaches and this one has not
             return "an event source is unreachable from here and reachable from another gateway"
         return None
 
     def _unready_here(self) -> str | None:
         """Why this gateway is unready apart from the peers' word: what its sources report says as `ready`."""
-        if self.subscribers.closing.is_set():
+        if self.fanout.closing.is_set():
             return "shutting down"
         if self.bus is not None and self.bus.unready():
             return "bus unreachable"
         return None
-
-    def preferred_elsewhere(self) -> peers.Elsewhere | None:
-        """A resource whose event source another gateway on the bus reaches and this one has not for a while."""
-        return self.peers_decision().elsewhere
 
     def peers_decision(self) -> peers.Decision:
         """What the other gateways' reports do to /readyz now (`peers.py`): whom to defer to, or why not."""
@@ -153,7 +124,7 @@ class Gateway:
         return sorted({h.resource for h in self.peers.down_long(self._held(), time.time())})
 
     def _held(self) -> list[peers.Held]:
-        return [peers.Held(w.binding.entry.name, w.stats.connection) for w in self._watches.watchers()]
+        return [peers.Held(w.binding.entry.name, w.stats.connection) for w in self.fanout.running_watches()]
 
     def _heard(self, data: bytes, at: float) -> None:
         report = peers.decode(data)
@@ -185,93 +156,35 @@ class Gateway:
         is left out, as a resource they may not read is (`policy.Policies.may_list_template`)."""
         return [t for t in self._catalog.templates if self._policies.may_list_template(principal, t)]
 
-    async def read(self, binding: catalog.Binding) -> reader.Content:
-        return await self._reader.read(binding)
-
     async def _read_bytes(self, binding: catalog.Binding) -> bytes:
-        return (await self._reader.read(binding)).body
+        return (await self.reader.read(binding)).body
 
-    # --- watches ---------------------------------------------------------------------------------------------
-
-    def open_subscriber(self, kind: subscribers.Kind, principal: identity.Principal) -> subscribers.Subscriber:
-        """A new session subscriber or listen stream; `limits.Refusal` at the listen-stream limits."""
-        return self.subscribers.open(kind, principal, self.options.clock.now())
-
-    async def subscribe(self, bindings: list[catalog.Binding], sub: subscribers.Subscriber) -> None:
-        """Hold every binding's watch for `sub`, all or nothing: `limits.Refusal` before any upstream read (at
-        the limits), `StrategyError` if a watch cannot take its baseline."""
-        self._watches.admit(sub, [b.uri for b in bindings])
-        await self._watches.subscribe_all(bindings, sub)
-
-    def touch(self, sub: subscribers.Subscriber) -> None:
-        """A request on `sub`'s session renews its lease (`lease.py`)."""
-        self._watches.touch(sub)
-
-    def watch_meta(self, sub: subscribers.Subscriber, uri: str) -> dict[str, Any]:
-        """What a notification of `uri` to `sub` carries in `_meta` about its watch."""
-        return self._watches.watch_meta(sub, uri)
-
-    def watch_member(self, sub: subscribers.Subscriber, uri: str) -> bytes:
-        """The same, as the encoded `_meta` member a notification's frame carries (`frames.py`)."""
-        return self._watches.watch_member(sub, uri)
-
-    def cadence_s(self, watcher: watchers.Watcher) -> float | None:
-        """How often `watcher` reads now, its subscribers' leases considered (None for a push watch)."""
-        return self._watches.cadence_s(watcher)
-
-    def unsubscribe(self, uri: str, sub: subscribers.Subscriber) -> None:
-        self._watches.unsubscribe(uri, sub)
-
-    async def fire(self, uri: str, strategy: str) -> int:
-        """Tell this process's subscribers of `uri` it changed (each once, as its filter allows); how many."""
-        return await self._watches.fire(uri, strategy)
+    # --- changes and owners ---------------------------------------------------------------------------------
 
     async def announce(self, uri: str, strategy: str) -> int:
         """A change seen here (a webhook): published on the bus for the other gateways, then told to ours.
         Raises `BusUnavailableError` (and tells nobody) when the bus cannot take it: the sender should retry."""
         if self.bus is not None:
             await self.bus.publish(uri, strategy)
-        return await self._watches.fire(uri, strategy)
+        return await self.fanout.fire(uri, strategy)
 
     def owner_of(self, uri: str) -> bool | None:
         """Whether this gateway reads `uri` for all (its lease); None without a bus or for a watch that is not pull."""
-        watcher = self._watches.get(uri)
+        watcher = self.fanout.watcher(uri)
         if self.owners is None or watcher is None or base.as_pull(watcher.strategy) is None:
             return None
         return self.owners.owns(uri)
 
     async def _received(self, uri: str) -> None:
-        watcher = self._watches.get(uri)
-        if watcher is not None:
-            await self._watches.fire(uri, watcher.strategy_type)
+        # Called only once the bus has started, after `fanout` exists (the bus is built before it).
+        await self.fanout.fire_held(uri)
 
     async def _fire_held(self) -> None:
-        # Fires published while this process was cut off never reached it: each held URI is told once.
-        for watcher in self._watches.watchers():
-            await self._watches.fire(watcher.uri, watcher.strategy_type)
-
-    def running_watches(self) -> list[watchers.Watcher]:
-        """The watchers running now (one per subscribed URI), for the admin API."""
-        return self._watches.watchers()
-
-    def stopping_watches(self) -> list[cancellation.Stop[watchers.Watcher]]:
-        """The watchers asked to stop that still run (their last subscriber left), for the admin API."""
-        return self._watches.stopping()
+        await self.fanout.fire_all_held()
 
     def _gateways_heard(self) -> set[str]:
         """The names of the gateways heard on the bus lately: a lease holder by another name is suspect."""
         return {h.report.instance for h in self.peers.fresh(time.time())} if self.peers is not None else set()
-
-    def watcher(self, uri: str) -> watchers.Watcher | None:
-        return self._watches.get(uri)
-
-    def shared_client(self, strategy_type: str) -> base.SharedClient | None:
-        """The client the watches of `strategy_type` share (the NATS connections of nats_topic), if it has one."""
-        return self._shared.get(strategy_type)
-
-    def http_reader(self) -> reader.HttpReader:
-        """The one reader: the admin API shows its upstream pauses (host:port, never credentials)."""
-        return self._reader
 
     async def aclose(self) -> None:
         """Stop everything, each step in bound (`cancellation.py`): what does not finish in time is abandoned
@@ -279,10 +192,9 @@ class Gateway:
         if self._reporter is not None:
             self._reporter.cancel()
             await cancellation.stopped([self._reporter], cancellation.STEP_TIMEOUT_S, "stopping the sources report")
-        self.subscribers.end_listen_streams()
-        await self._watches.close()  # releases the leases of owned watches (the bus closes after), in bound
+        await self.fanout.aclose()  # releases the leases of owned watches (the bus closes after), in bound
         if self.bus is not None:
             await self.bus.close()  # in bound
         step_s = cancellation.STEP_TIMEOUT_S
-        await cancellation.within(strategies.close_shared(self._shared), step_s, "closing the shared clients")
-        await cancellation.within(self._reader.close(), step_s, "closing the HTTP reader")
+        await cancellation.within(strategies.close_shared(self.shared), step_s, "closing the shared clients")
+        await cancellation.within(self.reader.close(), step_s, "closing the HTTP reader")

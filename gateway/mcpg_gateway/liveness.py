@@ -48,17 +48,6 @@ class Rules:
     def from_config(cls, cfg: config.LivenessConfig) -> Rules:
         return cls(cfg.interval_s, cfg.timeout_s)
 
-    @property
-    def probe_bound_s(self) -> float:
-        """The longest a dead PostgreSQL LISTEN or NATS connection goes unnoticed."""
-        return self.interval_s + self.timeout_s
-
-    @property
-    def ping_bound_s(self) -> float:
-        """The longest a dead NATS connection goes unnoticed: nats-py counts it stale when a PING is still
-        unanswered as the next one is due."""
-        return 2 * self.interval_s
-
     def nats_options(self) -> dict[str, Any]:
         """nats-py's `connect` keywords for this rule (its defaults, 120 s and two outstanding, take up to 6 min)."""
         return {"ping_interval": self.interval_s, "max_outstanding_pings": 1}

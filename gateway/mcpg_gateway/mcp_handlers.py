@@ -12,9 +12,9 @@ Limits (`limits.py`) are decided before any upstream read; refusals carry the co
 stream the gateway ends says why in its result (`endings.py`); every notification carries its watch's state
 (`lease.py`), and every request served on a session renews that session's lease.
 
-Notifications over Streamable HTTP are written by the fan-out itself, to the response stream of the listen
-request or to the session's GET stream (`delivery.py`); off HTTP (stdio) the SDK writes them, from each
-subscriber's outbox, in a task of its own.
+Everything about watches and subscribers is the fan-out's (`fanout/fanout.py`, the one fan-out module imported
+here): it opens each subscriber with its writer, to the listen request's response stream or the session's GET
+stream over Streamable HTTP, or through the SDK's session off HTTP (stdio), where these handlers give it `send`.
 """
 
 from __future__ import annotations
@@ -32,13 +32,13 @@ from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 
-from mcpg_gateway import cancellation, card, catalog, errors, limits, streams, tracing
+from mcpg_gateway import card, catalog, errors
 from mcpg_gateway.contract import uris
-from mcpg_gateway.delivery import NOTIFY_SPAN, Delivery
 from mcpg_gateway.errors import ReadError, StrategyError
+from mcpg_gateway.fanout.fanout import Kind, Refusal, Send, Subscriber
 from mcpg_gateway.gateway import Gateway
 from mcpg_gateway.identity import Principal
-from mcpg_gateway.subscribers import OutboxClosed, Pending, Subscriber
+from mcpg_gateway.sdk import connection as connections
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def build_server(gw: Gateway) -> WatchServer:
 
 class _Handlers:
     def __init__(self, gw: Gateway) -> None:
-        self.gw = gw
+        self.gw, self.fanout = gw, gw.fanout
 
     async def list_resources(self, ctx: Ctx, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
         self._renew(ctx)
@@ -122,7 +122,7 @@ class _Handlers:
         self._renew(ctx)
         binding = self._readable(str(params.uri), self._caller())
         try:
-            content = await self.gw.read(binding)
+            content = await self.gw.reader.read(binding)
         except ReadError as e:
             raise MCPError(read_error_code(e), str(e)) from None
         return types.ReadResourceResult(contents=[_contents(binding.uri, content.body, content.mime_type)])
@@ -132,15 +132,15 @@ class _Handlers:
         self._refuse_while_stopping("resources/subscribe")
         binding = self._watchable(str(params.uri), principal, "resources/subscribe")
         sub = self._session_subscriber(ctx, principal)
-        self.gw.touch(sub)
+        self.fanout.touch(sub)
         await self._join([binding], sub, "resources/subscribe")
         return types.EmptyResult()
 
     async def unsubscribe(self, ctx: Ctx, params: types.UnsubscribeRequestParams) -> types.EmptyResult:
         sub = _connection(ctx).state.get(_SESSION_KEY)
         if isinstance(sub, Subscriber):
-            self.gw.touch(sub)
-            self.gw.unsubscribe(str(params.uri), sub)
+            self.fanout.touch(sub)
+            self.fanout.unsubscribe(str(params.uri), sub)
         return types.EmptyResult()
 
     async def listen(self, ctx: Ctx, params: types.SubscriptionsListenRequestParams) -> types.SubscriptionsListenResult:
@@ -152,38 +152,26 @@ class _Handlers:
         principal = self._caller()
         named = params.notifications.resource_subscriptions or []
         # Cheap bounds first: how many URIs, before any is deduplicated, resolved or checked against policy.
-        allowed = self.gw.config.gateway.limits
-        self._refusing("subscriptions/listen", lambda: limits.check_named(principal.principal_id, len(named), allowed))
+        self._refusing("subscriptions/listen", lambda: self.fanout.check_named(principal.principal_id, len(named)))
         wanted = list(dict.fromkeys(named))
         # All or nothing, before any acknowledgement and any upstream read: every URI must be subscribable.
         bindings = await self._all_watchable(wanted, principal, "subscriptions/listen")
-        sub = self._refusing("subscriptions/listen", lambda: self.gw.open_subscriber("listen", principal))
+        sub = self._refusing("subscriptions/listen", lambda: self._open("listen", ctx, principal, rid))
         sub.list_changed = bool(params.notifications.resources_list_changed)
         meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: rid}
         try:  # from here on the stream is counted: whatever fails, `close` gives its slot back
-            stream = streams.of_request(ctx.request)
-            if stream is not None:  # over Streamable HTTP: fires write to the response stream (`delivery.py`)
-                sub.delivery = self._delivery(sub, lambda: stream, subscription_id=rid)
             await self._join(bindings, sub, "subscriptions/listen")
             del bindings  # the watchers hold their own: not kept for as long as the stream stays open
             await self._acknowledge(ctx, sub, wanted, meta, rid)
-            await self._until_ended(sub, stream, ctx, meta, rid)
+            await self.fanout.carry(sub)  # until the gateway ends the stream, or the client leaves
         finally:
-            self.gw.subscribers.close(sub)
+            self.fanout.close(sub)
         ending = sub.ending.meta() if sub.ending is not None else {}
         return types.SubscriptionsListenResult(_meta={**meta, **ending})
 
-    async def _until_ended(
-        self, sub: Subscriber, stream: streams.Stream | None, ctx: Ctx, meta: dict[str, Any], rid: types.RequestId
-    ) -> None:
-        """Carry the stream's notifications until the gateway ends it (its outbox closes) or the client leaves."""
-        if stream is None or not isinstance(sub.delivery, Delivery):
-            await self._drain(sub, ctx, meta, rid)
-            return
-        await stream.wait_flushed()  # no notification may overtake the acknowledgement
-        sub.delivery.ready()
-        await sub.outbox.wait_closed()
-        await sub.delivery.flush()  # what is pending goes out before the result ends the stream
+    def _open(self, kind: Kind, ctx: Ctx, principal: Principal, rid: types.RequestId | None) -> Subscriber:
+        """A subscriber written to over its HTTP stream if it has one, else by the SDK's session (`_sender`)."""
+        return self.fanout.open(kind, principal, ctx.request, _sender(ctx.session, rid), subscription_id=rid)
 
     async def _acknowledge(
         self, ctx: Ctx, sub: Subscriber, wanted: list[str], meta: dict[str, Any], rid: types.RequestId
@@ -200,27 +188,6 @@ class _Handlers:
             related_request_id=rid,
         )
 
-    async def _drain(self, sub: Subscriber, ctx: Ctx, meta: dict[str, Any], rid: types.RequestId) -> None:
-        """Off HTTP (stdio): the SDK writes each notification, from this stream's outbox."""
-        while True:
-            try:
-                pending = await sub.outbox.take()
-            except OutboxClosed:
-                return
-            uri, strategy = pending.uri, pending.strategy
-            note = types.ResourceUpdatedNotification(
-                params=types.ResourceUpdatedNotificationParams(uri=uri, _meta={**meta, **self.gw.watch_meta(sub, uri)})
-            )
-            with tracing.span(NOTIFY_SPAN, _notify_attributes(sub, pending), parent=pending.trace):
-                await ctx.session.send_notification(note, related_request_id=rid)
-            self.gw.metrics.notifications_sent.labels(strategy).inc()
-
-    def _delivery(
-        self, sub: Subscriber, stream: Callable[[], streams.Stream | None], subscription_id: types.RequestId | None
-    ) -> Delivery:
-        gw = self.gw
-        return Delivery(sub, stream, gw.metrics, gw.options.send_timeout_s, gw.watch_member, subscription_id)
-
     def _caller(self) -> Principal:
         principal = self.gw.identity.current()
         if principal is None:  # only reachable if /mcp were served without identity.protect: fail closed
@@ -232,10 +199,10 @@ class _Handlers:
         never reach a handler, and notifications are not requests."""
         sub = _connection(ctx).state.get(_SESSION_KEY)
         if isinstance(sub, Subscriber):
-            self.gw.touch(sub)
+            self.fanout.touch(sub)
 
     def _refuse_while_stopping(self, method: str) -> None:
-        if self.gw.subscribers.closing.is_set():
+        if self.fanout.closing.is_set():
             self.gw.metrics.refusals.labels(method, str(errors.UNAVAILABLE)).inc()
             raise MCPError(errors.UNAVAILABLE, "the gateway is shutting down; subscribe again on another replica")
 
@@ -275,14 +242,14 @@ class _Handlers:
         """Run `step`; a limit's refusal becomes the JSON-RPC error it names (counted)."""
         try:
             return step()
-        except limits.Refusal as e:
+        except Refusal as e:
             self.gw.metrics.refusals.labels(method, str(e.code)).inc()
             raise MCPError(e.code, e.message) from None
 
     async def _join(self, bindings: list[catalog.Binding], sub: Subscriber, method: str) -> None:
         try:
-            await self.gw.subscribe(bindings, sub)
-        except limits.Refusal as e:
+            await self.fanout.subscribe(bindings, sub)
+        except Refusal as e:
             self.gw.metrics.refusals.labels(method, str(e.code)).inc()
             raise MCPError(e.code, e.message) from None
         except StrategyError as e:
@@ -291,7 +258,7 @@ class _Handlers:
             raise MCPError(code, f"the watch could not start: {e}") from None
 
     def _session_subscriber(self, ctx: Ctx, principal: Principal) -> Subscriber:
-        """The subscriber of this handshake-era session, created with its sender task on first use."""
+        """The subscriber of this handshake-era session, created with its writer on first use."""
         conn = _connection(ctx)
         sub = conn.state.get(_SESSION_KEY)
         if isinstance(sub, Subscriber):
@@ -299,51 +266,22 @@ class _Handlers:
                 # The SDK binds a session to its creator's credential; this guards that promise, not a real path.
                 raise MCPError(types.INVALID_REQUEST, "this session belongs to another principal")
             return sub
-        sub = self.gw.open_subscriber("session", principal)
+        sub = self._open("session", ctx, principal, None)
         conn.state[_SESSION_KEY] = sub
-        session_id = streams.session_id(ctx.request)
-        if session_id is not None:  # over Streamable HTTP: fires write to the session's GET stream (`delivery.py`)
-            sub.delivery = self._delivery(sub, lambda: self.gw.streams.of_session(session_id), subscription_id=None)
-            sender = None
-        else:
-            sender = asyncio.create_task(self._send_loop(sub, ctx.session), name=f"mcpg session sender {sub.id}")
-
-        async def on_close() -> None:
-            # The SDK unwinds this stack when the session ends: DELETE, idle timeout, crash or shutdown.
-            self.gw.subscribers.close(sub)
-            if sender is not None:
-                sender.cancel()  # waited for in bound: an await that swallowed the caller's own stop is no wait
-                await cancellation.stopped([sender], cancellation.STEP_TIMEOUT_S, "ending a session's sender")
-
-        conn.exit_stack.push_async_callback(on_close)
+        # The SDK unwinds this stack when the session ends: DELETE, idle timeout, crash or shutdown.
+        conn.exit_stack.push_async_callback(self.fanout.hang_up, sub)
         return sub
 
-    async def _send_loop(self, sub: Subscriber, session: Any) -> None:
-        """Off HTTP (stdio): the SDK writes each notification, from this session's outbox."""
-        timeout = self.gw.options.send_timeout_s
-        while True:
-            try:
-                pending = await sub.outbox.take()
-            except OutboxClosed:
-                return
-            uri, strategy = pending.uri, pending.strategy
-            note = types.ResourceUpdatedNotification(
-                params=types.ResourceUpdatedNotificationParams(uri=uri, _meta=self.gw.watch_meta(sub, uri))
-            )
-            with tracing.span(NOTIFY_SPAN, _notify_attributes(sub, pending), parent=pending.trace) as span:
-                try:
-                    async with asyncio.timeout(timeout):
-                        await session.send_notification(note)
-                except TimeoutError:
-                    # The GET stream's buffer is full: this client stopped reading. Only it misses out.
-                    span.set_attribute(tracing.RESULT, "dropped")
-                    self.gw.metrics.notifications_dropped.labels(strategy).inc()
-                    continue
-            self.gw.metrics.notifications_sent.labels(strategy).inc()
 
+def _sender(session: Any, related_request_id: types.RequestId | None) -> Send:
+    """Off HTTP (stdio): how the fan-out's session writer has the SDK write one notification (`session_writer.py`)."""
 
-def _notify_attributes(sub: Subscriber, pending: Pending) -> dict[str, str]:
-    return {tracing.STRATEGY: pending.strategy, tracing.URI: pending.uri, tracing.SUBSCRIBER_KIND: sub.kind}
+    async def send(uri: str, meta: dict[str, Any]) -> None:
+        params = types.ResourceUpdatedNotificationParams(uri=uri, _meta=meta)
+        note = types.ResourceUpdatedNotification(params=params)
+        await session.send_notification(note, related_request_id=related_request_id)
+
+    return send
 
 
 def read_error_code(e: ReadError) -> int:
@@ -355,10 +293,9 @@ def read_error_code(e: ReadError) -> int:
     return errors.INTERNAL_ERROR
 
 
-def _connection(ctx: Ctx) -> Any:
-    # The SDK keeps the per-connection state and exit stack on a private attribute (pinned mcp==2.3.0;
-    # test_sdk_contract.py fails loudly if that changes).
-    return ctx.session._connection
+def _connection(ctx: Ctx) -> connections.Scratch:
+    # The session's per-connection state and exit stack, which the SDK keeps out of reach (`sdk/connection.py`).
+    return connections.of(ctx)
 
 
 def _contents(uri: str, body: bytes, mime_type: str | None) -> types.TextResourceContents | types.BlobResourceContents:

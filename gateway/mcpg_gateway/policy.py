@@ -15,8 +15,8 @@ from prometheus_client import Counter
 
 from mcpg_gateway import catalog
 from mcpg_gateway.contract import cel, config
+from mcpg_gateway.fanout.subscribers import Subscriber
 from mcpg_gateway.identity import Principal
-from mcpg_gateway.subscribers import Subscriber
 
 logger = logging.getLogger(__name__)
 

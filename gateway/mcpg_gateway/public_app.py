@@ -19,25 +19,26 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable
 
-from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from mcpg_gateway import card, identity, mcp_requests, origins, sessions, webhooks
+from mcpg_gateway import card, identity, mcp_requests, origins, sessions, webhook_route
 from mcpg_gateway.gateway import Gateway
+from mcpg_gateway.sdk import manager as managers
+from mcpg_gateway.sdk import surface
 
 CARD_CACHE_CONTROL = "public, max-age=300"
 """A directory may keep the card a few minutes: it changes only when the gateway restarts with a new config."""
 
 
-def build(gw: Gateway, manager: StreamableHTTPSessionManager) -> ASGIApp:
-    """The webhook route (plain ASGI, see webhooks.py) in front of a Starlette app for the rest."""
+def build(gw: Gateway, manager: managers.SessionManager) -> ASGIApp:
+    """The webhook route (plain ASGI, see webhook_route.py) in front of a Starlette app for the rest."""
     server, limits = gw.config.gateway.server, gw.config.gateway.limits
     # Innermost, so each request's stream is the SDK's own response (`streams.py`).
-    sdk_app = gw.streams.capture(StreamableHTTPASGIApp(manager))
+    sdk_app = gw.fanout.capture(managers.asgi_app(manager))
     # Behind authentication, so no unknown caller has a body read, and the session limit knows whose session a
     # request would open (`sessions.py`); the limit first, as it needs no body.
     body_limits = mcp_requests.body_limit(limits), mcp_requests.listen_body_limit(limits)
@@ -51,13 +52,13 @@ def build(gw: Gateway, manager: StreamableHTTPSessionManager) -> ASGIApp:
         Route("/readyz", endpoint=_readyz(gw)),
     ]
     if server.server_card:
-        body = json.dumps(card.server_card(gw.config, card.surface(manager))).encode()
+        body = json.dumps(card.server_card(gw.config, surface.of(manager))).encode()
         routes.append(Route(card.PATH, endpoint=_server_card(body), methods=["GET"]))
 
     async def fire(uri: str) -> None:
         await gw.announce(uri, "webhook")
 
-    return webhooks.WebhookRoute(gw.webhooks, fire, server, gw.metrics.webhook_requests, Starlette(routes=routes))
+    return webhook_route.WebhookRoute(gw.webhooks, fire, server, gw.metrics.webhook_requests, Starlette(routes=routes))
 
 
 async def _healthz(request: Request) -> Response:

@@ -19,10 +19,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import uvicorn
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from mcpg_gateway import admin_app, cancellation, connections, mcp_handlers, mcp_requests, public_app
 from mcpg_gateway.gateway import Gateway
+from mcpg_gateway.sdk import manager as managers
 
 logger = logging.getLogger(__name__)
 
@@ -92,13 +92,12 @@ async def serve(
     on_ready: Callable[[Addresses], None] | None = None,
 ) -> None:
     """Serve until `stop` is set, then shut down gracefully."""
-    manager = StreamableHTTPSessionManager(
+    manager = managers.session_manager(
         mcp_handlers.build_server(gw),
-        stateless=False,
-        session_idle_timeout=gw.config.gateway.server.session_idle_timeout_s,
+        idle_timeout_s=gw.config.gateway.server.session_idle_timeout_s,
         max_sessions=gw.config.gateway.limits.sessions_total,
         # The SDK's own body bound (4 MiB by default) is never the smaller: what /mcp reads is `mcp_requests`'.
-        max_request_body_size=mcp_requests.body_limit(gw.config.gateway.limits),
+        max_body_bytes=mcp_requests.body_limit(gw.config.gateway.limits),
     )
     public_guard, admin_guard = _guards(gw)
     public_sock, admin_sock = _bind(host, port, public_guard), _bind(host, admin_port, admin_guard)
@@ -119,8 +118,8 @@ async def serve(
                 stopper = asyncio.create_task(stop.wait())
                 await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
                 stopper.cancel()
-                gw.subscribers.end_listen_streams()
-                if not await gw.subscribers.wait_listen_streams_ended(LISTEN_DRAIN_TIMEOUT_S):
+                gw.fanout.end_listen_streams()
+                if not await gw.fanout.wait_listen_streams_ended(LISTEN_DRAIN_TIMEOUT_S):
                     logger.warning("some listen streams did not end in time; closing them with their sessions")
                 public.should_exit = admin.should_exit = True
             await _servers_stopped(tasks)

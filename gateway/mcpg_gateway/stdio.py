@@ -17,14 +17,12 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from mcp.server.auth.middleware.auth_context import auth_context_var
-from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
-
 from mcpg_gateway import cancellation, identity, mcp_handlers, stdio_transport
 from mcpg_gateway.contract import config
 from mcpg_gateway.contract.errors import GatewayError
 from mcpg_gateway.gateway import Gateway
 from mcpg_gateway.identity import Principal
+from mcpg_gateway.sdk import auth
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +59,7 @@ async def serve(gw: Gateway, principal: Principal, stop: asyncio.Event) -> None:
     gracefully: its listen streams are answered first."""
     server = mcp_handlers.build_server(gw)
     # Every task the connection starts copies this context: its handlers run as `principal`.
-    auth_context_var.set(AuthenticatedUser(identity.access_token(principal)))
+    auth.act_as(identity.access_token(principal))
     await gw.start()
     try:
         async with stdio_transport.streams() as (read, write):
@@ -80,8 +78,8 @@ async def serve(gw: Gateway, principal: Principal, stop: asyncio.Event) -> None:
 
 async def _end(gw: Gateway, session: asyncio.Task[None]) -> None:
     """Answer the client's listen streams (a deliberate end, not a drop), then close the connection."""
-    gw.subscribers.end_listen_streams()
-    if not await gw.subscribers.wait_listen_streams_ended(LISTEN_DRAIN_TIMEOUT_S):
+    gw.fanout.end_listen_streams()
+    if not await gw.fanout.wait_listen_streams_ended(LISTEN_DRAIN_TIMEOUT_S):
         logger.warning("some listen streams did not end in time; closing the connection")
     session.cancel()
     await cancellation.stopped([session], cancellation.STEP_TIMEOUT_S, "ending the stdio session")

@@ -24,7 +24,8 @@ from hypothesis import strategies as st
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.types import ASGIApp, Message
 
-from mcpg_gateway import mcp_handlers, public_app, webhooks
+from mcpg_gateway import mcp_handlers, public_app
+from mcpg_gateway import webhook_route as webhooks
 from mcpg_gateway.contract import check
 from mcpg_gateway.gateway import Gateway
 from mcpg_testing import BOUND_S

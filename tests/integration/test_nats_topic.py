@@ -65,7 +65,7 @@ async def gateway_connections(nats: NatsServer) -> list[dict[str, Any]]:
 
 
 def shared_link(gw: RunningGateway, nats: NatsServer) -> nats_topic.NatsLink:
-    connections = gw.gw.shared_client("nats_topic")
+    connections = gw.gw.shared.get("nats_topic")
     assert isinstance(connections, nats_topic.NatsConnections)
     return connections.link(nats.url)
 
@@ -94,7 +94,7 @@ async def test_watches_share_one_connection_and_each_subscription_ends_with_its_
         [conn] = await gateway_connections(nats)
         assert conn["cid"] == client.client_id
         assert sorted(conn["subscriptions_list"]) == ["inventory.*", "orders.created"]
-        tasks = [w.task for w in gw.gw.running_watches() if w.task is not None]
+        tasks = [w.task for w in gw.gw.fanout.running_watches() if w.task is not None]
     async with asyncio.timeout(BOUND_S):
         await asyncio.wait(tasks)  # the watchers stop once their last subscriber is gone
     await client.flush()  # the server has seen every UNSUB

@@ -18,7 +18,9 @@ import yaml
 from aiohttp import web
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from mcpg_gateway import tracing, watchers, webhooks
+from mcpg_gateway import tracing
+from mcpg_gateway import webhook_route as webhooks
+from mcpg_gateway.fanout import watchers
 from mcpg_testing import BOUND_S
 from mcpg_testing.configs import gateway_config, watched
 from mcpg_testing.fixtures import gateway_env

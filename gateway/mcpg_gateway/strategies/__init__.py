@@ -2,9 +2,9 @@
 
 The registry is a mapping from `watch.strategy.type` to those entries and knows no strategy in particular:
 it builds a watch, and makes (and closes) the clients a strategy type's watches share. The webhook strategy is
-passive and lives with the rest of the webhook concept (`webhooks.py`); plugins come from entry points
-(`plugin.py`). Every rule about a strategy's configuration is the contract's (`contract/check.py`), so the
-operator can ask it before rendering.
+passive (`webhook.py`: its watch and the token index; the HTTP route that fires it is `webhook_route.py`);
+plugins come from entry points (`plugin.py`). Every rule about a strategy's configuration is the contract's
+(`contract/check.py`), so the operator can ask it before rendering.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from mcpg_gateway.contract import config
-from mcpg_gateway.strategies import base, nats_topic, poll, postgres_listen_notify, sql_polling
+from mcpg_gateway.strategies import base, nats_topic, poll, postgres_listen_notify, sql_polling, webhook
 
-BUILTIN = (poll.STRATEGY, nats_topic.STRATEGY, postgres_listen_notify.STRATEGY, sql_polling.STRATEGY)
-"""The strategies every gateway runs (besides webhook and plugin, which the gateway adds)."""
+BUILTIN = (poll.STRATEGY, nats_topic.STRATEGY, postgres_listen_notify.STRATEGY, sql_polling.STRATEGY, webhook.STRATEGY)
+"""The strategies every gateway runs (besides plugin, which the gateway adds from the installed entry points)."""
 
 
 class Registry:

@@ -56,7 +56,7 @@ def test_an_audit_line_carries_its_time_as_the_log_lines_around_it_do(
     configure: Configure, fmt: str, pattern: re.Pattern[str]
 ) -> None:
     out = configure(fmt)
-    logging.getLogger("mcpg_gateway.watchers").info("before the fire")
+    logging.getLogger("mcpg_gateway.fanout.watchers").info("before the fire")
     audit.watch_fired("drive://folder/reports", "webhook", 2)
     operational, line = out.getvalue().splitlines()
     event = json.loads(line)

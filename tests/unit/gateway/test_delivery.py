@@ -13,10 +13,10 @@ import httpx2
 import pytest
 from starlette.types import Message
 
-from mcpg_gateway import streams
-from mcpg_gateway.delivery import Delivery
+from mcpg_gateway.fanout import streams
+from mcpg_gateway.fanout.stream_writer import StreamWriter as Delivery
+from mcpg_gateway.fanout.subscribers import Outcome, Pending, Subscriber
 from mcpg_gateway.metrics import Metrics
-from mcpg_gateway.subscribers import Outcome, Pending, Subscriber
 from mcpg_testing import BOUND_S
 from mcpg_testing import stuck as stuck_streams
 from mcpg_testing.clients import ERAS, subscribed
@@ -48,10 +48,10 @@ def delivery_tasks() -> list[asyncio.Task[object]]:
 @ERAS
 async def test_a_subscriber_that_keeps_up_is_written_to_in_the_fires_own_turn(gw: RunningGateway, mode: str) -> None:
     async with subscribed(gw.mcp_url, mode, HOOK) as sub:
-        assert await gw.gw.fire(HOOK, "webhook") == 1
+        assert await gw.gw.fanout.fire(HOOK, "webhook") == 1
         assert await sub.next_update() == HOOK  # a listen stream is written to once acknowledged; this one is
         sent = counted(gw, SENT)
-        assert await gw.gw.fire(HOOK, "webhook") == 1
+        assert await gw.gw.fanout.fire(HOOK, "webhook") == 1
         # Counted before anything else ran: the frame went to the socket inside `fire`.
         assert counted(gw, SENT) == sent + 1
         assert delivery_tasks() == []  # and nothing waits on this subscriber's behalf
@@ -66,7 +66,7 @@ async def test_a_session_with_no_get_stream_open_is_counted_as_not_told(gw: Runn
         subscribe = {"jsonrpc": "2.0", "id": 2, "method": "resources/subscribe", "params": {"uri": HOOK}}
         assert (await http.post("/mcp", json=subscribe, headers=h)).status_code == 200
         dropped, sent = counted(gw, DROPPED), counted(gw, SENT)
-        assert await gw.gw.fire(HOOK, "webhook") == 1
+        assert await gw.gw.fanout.fire(HOOK, "webhook") == 1
         assert (counted(gw, DROPPED), counted(gw, SENT)) == (dropped + 1, sent)
 
 
@@ -82,13 +82,13 @@ async def test_a_stream_that_stops_reading_falls_behind_alone(gw: RunningGateway
             while not delivery_tasks():  # until the stuck stream's connection stops taking bytes
                 fires += 1
                 assert fires <= 50_000, "the stuck stream never fell behind"
-                assert await gw.gw.fire(HOOK, "webhook") == 2
+                assert await gw.gw.fanout.fire(HOOK, "webhook") == 2
                 if fires % 500 == 0:
                     await asyncio.sleep(0)  # let the loop move the bytes the healthy client reads
             behind = fires
             for _ in range(20):  # more fires while it is behind: queued for it once, written to the other
                 fires += 1
-                assert await gw.gw.fire(HOOK, "webhook") == 2
+                assert await gw.gw.fanout.fire(HOOK, "webhook") == 2
             async with asyncio.timeout(BOUND_S):
                 got = 0
                 while got < fires:

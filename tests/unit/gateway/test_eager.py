@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from mcpg_gateway import eager
+from mcpg_gateway.fanout import eager
 
 
 async def test_a_coroutine_that_never_waits_is_done_when_start_returns() -> None:

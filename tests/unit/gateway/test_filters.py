@@ -15,13 +15,14 @@ from typing import Any
 import httpx2
 import pytest
 
-from mcpg_gateway import catalog, policy, watchers
+from mcpg_gateway import catalog, policy
 from mcpg_gateway.contract import cel, check, config
 from mcpg_gateway.contract.errors import ConfigError
+from mcpg_gateway.fanout import watchers
+from mcpg_gateway.fanout.subscribers import Subscriber
 from mcpg_gateway.identity import Principal
 from mcpg_gateway.metrics import Metrics
 from mcpg_gateway.strategies import base, memory
-from mcpg_gateway.subscribers import Subscriber
 from mcpg_testing.clients import ERAS, Subscription, subscribed
 from mcpg_testing.clock import ManualClock
 from mcpg_testing.configs import bearer, gateway_config, principal, resource
@@ -212,7 +213,7 @@ async def test_a_fire_offers_the_uri_only_to_subscribers_the_audience_admits() -
     )
     binding = template_binding("x://1", "x://{subject_id}", scope="all")
     for sub in (admitted, refused):
-        await registry.subscribe(binding, sub)
+        await registry.subscribe_all([binding], sub)
     assert await registry.fire("x://1", "poll") == 1
     assert (admitted.outbox.pending, refused.outbox.pending) == (1, 0)
     await registry.close()

@@ -12,7 +12,7 @@ import datetime
 import httpx2
 import pytest
 
-from mcpg_gateway import endings
+from mcpg_gateway.fanout import endings
 from mcpg_testing.clients import ERAS
 from mcpg_testing.clock import ManualClock
 from mcpg_testing.configs import gateway_config, resource, watched
@@ -42,9 +42,9 @@ async def running(gateway_factory: GatewayFactory, upstream: Upstream, clock: Ma
 
 
 def cadence(running: RunningGateway, uri: str = POLLED) -> float | None:
-    watcher = running.gw.watcher(uri)
+    watcher = running.gw.fanout.watcher(uri)
     assert watcher is not None
-    return running.gw.cadence_s(watcher)
+    return running.gw.fanout.cadence_s(watcher)
 
 
 async def change(upstream: Upstream, clock: ManualClock, body: str, path: str = "/notes") -> None:
@@ -167,7 +167,7 @@ async def test_a_listen_is_answered_lifetime_reached_after_its_lifetime_renewals
         "detail": endings.ADVICE["lifetime_reached"],
         "uris": [HOOK],
     }
-    assert running.gw.running_watches() == []
+    assert running.gw.fanout.running_watches() == []
 
 
 async def test_a_legacy_subscription_ends_silently_at_its_lifetime(running: RunningGateway, clock: ManualClock) -> None:
@@ -175,7 +175,7 @@ async def test_a_legacy_subscription_ends_silently_at_its_lifetime(running: Runn
         await clock.waiting_until()
         await sub.renew()  # renewals do not extend the lifetime
         clock.advance(LIFETIME_S)
-        await until(lambda: not running.gw.running_watches())
+        await until(lambda: not running.gw.fanout.running_watches())
         async with watching(running.mcp_url, "legacy", [OTHER]) as witness:
             await post_hook(running)  # nobody holds HOOK any more; the session itself is still usable
             await sub.renew()
@@ -196,7 +196,7 @@ async def test_a_watch_whose_upstream_answers_404_ends_with_resource_gone_and_th
         "uris": [POLLED],
         "status": 404,
     }
-    assert running.gw.running_watches() == []
+    assert running.gw.fanout.running_watches() == []
 
 
 async def test_a_status_the_resource_expects_stays_a_change_and_ends_nothing(
@@ -224,7 +224,7 @@ async def test_a_listen_is_answered_as_soon_as_the_gateway_ends_any_uri_it_carri
         meta = await sub.ended()  # not left open for HOOK while POLLED went unheard
     assert meta[endings.WATCH_END_META_KEY]["reason"] == "resource_gone"
     assert meta[endings.WATCH_END_META_KEY]["uris"] == [POLLED]  # HOOK ended only with the stream: listen again
-    await until(lambda: running.gw.running_watches() == [])
+    await until(lambda: running.gw.fanout.running_watches() == [])
 
 
 async def test_a_listen_that_also_asks_for_list_changes_is_answered_when_the_gateway_ends_its_uris(

@@ -72,7 +72,7 @@ async def test_at_its_limit_a_principal_s_longest_slowed_watch_makes_room(
         async with watching(gw.mcp_url, "legacy", [hook(1)], ALICE) as older:
             clock.advance(IDLE_S)  # both idle now; hook(0)'s session went idle first
             async with watching(gw.mcp_url, "legacy", [hook(2)], ALICE):
-                assert sorted(w.uri for w in gw.gw.running_watches()) == [hook(1), hook(2)]
+                assert sorted(w.uri for w in gw.gw.fanout.running_watches()) == [hook(1), hook(2)]
                 assert (
                     gw.gw.metrics.registry.get_sample_value("mcpg_watch_ends_total", {"reason": "watcher_evicted"}) == 1
                 )
@@ -116,7 +116,7 @@ async def test_a_listen_naming_more_uris_than_a_principal_may_hold_is_refused_wh
     assert e.code == code
     assert e.message.startswith(message)
     assert upstream.hits == {}
-    assert gw.gw.running_watches() == []
+    assert gw.gw.fanout.running_watches() == []
     upstream.set("/docs/1", "{}")
     async with watching(gw.mcp_url, "listen", [doc(1)], BOB):
         assert upstream.hits == {"/docs/1": 1}
@@ -233,7 +233,7 @@ async def test_the_server_wide_ceiling_refuses_before_any_eviction_and_says_so(
         watching(gw.mcp_url, "legacy", [hook(0)], BOB),
     ):
         clock.advance(IDLE_S)  # alice's watches are slowed: evictable, were it not for the ceiling
-        with caplog.at_level(logging.WARNING, logger="mcpg_gateway.limits"):
+        with caplog.at_level(logging.WARNING, logger="mcpg_gateway.fanout.limits"):
             e = await refusal(gw.mcp_url, mode, [hook(2)], ALICE)
         assert e.code == errors.UNAVAILABLE == -50300
         assert e.message == "the server-wide watch ceiling (3) is reached; retry later"
@@ -261,7 +261,7 @@ async def test_a_principal_at_its_listen_stream_limit_is_told_to_close_one_and_o
             assert e.message == "the server-wide ceiling on listen streams (3) is reached; retry later"
             await fire(gw, 2)
             assert (await bob.next()).uri == hook(2)
-    await until(lambda: gw.gw.subscribers.listening == 0)
+    await until(lambda: gw.gw.fanout.listening == 0)
     async with watching(gw.mcp_url, "listen", [hook(2)], ALICE):  # closed streams gave their slots back
         pass
 
@@ -365,7 +365,7 @@ async def test_the_first_read_s_failure_gives_the_code_that_says_whether_to_retr
     e = await refusal(gw.mcp_url, mode, [doc("x")], ALICE)
     assert e.code == code
     assert f"upstream answered HTTP {status}" in e.message
-    assert gw.gw.running_watches() == []
+    assert gw.gw.fanout.running_watches() == []
 
 
 @ERAS
@@ -373,7 +373,7 @@ async def test_a_gateway_that_is_stopping_refuses_new_subscriptions_with_unavail
     gateway_factory: GatewayFactory, upstream: Upstream, mode: str
 ) -> None:
     gw = await gateway_factory(config(upstream))
-    gw.gw.subscribers.closing.set()  # what the first step of a graceful stop sets
+    gw.gw.fanout.closing.set()  # what the first step of a graceful stop sets
     e = await refusal(gw.mcp_url, mode, [hook(0)], ALICE)
     assert e.code == errors.UNAVAILABLE
     assert "shutting down" in e.message

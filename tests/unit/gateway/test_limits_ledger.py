@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mcpg_gateway import errors, limits
+from mcpg_gateway import errors
 from mcpg_gateway.contract import config
+from mcpg_gateway.fanout import limits
 
 PER_PRINCIPAL, TOTAL = 3, 7
 LIMITS = config.LimitsConfig(

@@ -10,7 +10,7 @@ import mcp.types as types
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from mcpg_gateway import endings
+from mcpg_gateway.fanout import endings
 from mcpg_testing import BOUND_S
 from mcpg_testing.configs import gateway_config, watched
 from mcpg_testing.gateways import GatewayFactory

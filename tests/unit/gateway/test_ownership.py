@@ -313,7 +313,7 @@ async def test_on_a_bus_a_pull_watch_whose_backend_refuses_the_baseline_still_re
     [gw] = await cluster.start("a")
     error = await refusal(gw.mcp_url, "legacy", ["drive://bad"])
     assert error.code == errors.INVALID_PARAMS  # the upstream answered 404
-    assert gw.gw.running_watches() == []
+    assert gw.gw.fanout.running_watches() == []
 
 
 async def test_a_stopping_owner_releases_its_lease_and_another_gateway_takes_over(cluster: Cluster) -> None:

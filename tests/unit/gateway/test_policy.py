@@ -93,7 +93,7 @@ async def test_a_refused_subscribe_or_listen_is_indistinguishable_from_an_unknow
     refused = await refusal(running.mcp_url, mode, [LEDGER], BOB)
     unknown = await refusal(running.mcp_url, mode, [NOWHERE], BOB)
     assert shape(refused, LEDGER) == shape(unknown, NOWHERE) == (-32602, "unknown resource: <uri>")
-    assert running.gw.running_watches() == []
+    assert running.gw.fanout.running_watches() == []
 
 
 @ERAS
@@ -117,7 +117,7 @@ async def test_a_permitted_principal_subscribes_and_is_told(running: RunningGate
 async def test_a_listen_naming_one_refused_uri_is_refused_whole(running: RunningGateway) -> None:
     e = await refusal(running.mcp_url, "listen", [NOTICE, LEDGER], BOB)
     assert shape(e, LEDGER) == (-32602, "unknown resource: <uri>")
-    assert running.gw.running_watches() == []
+    assert running.gw.fanout.running_watches() == []
 
 
 @ERAS

@@ -9,11 +9,12 @@ import pytest
 
 from mcpg_gateway.contract import check
 from mcpg_gateway.errors import ReadError, StrategyError
+from mcpg_gateway.fanout.subscribers import Subscriber
 from mcpg_gateway.gateway import Gateway, Options
 from mcpg_gateway.identity import Principal
-from mcpg_gateway.subscribers import Subscriber
 from mcpg_testing.clock import ManualClock
 from mcpg_testing.configs import gateway_config, resource
+from mcpg_testing.outboxes import next_fire
 from mcpg_testing.upstream import Upstream
 
 URI = "drive://folder/reports"
@@ -30,7 +31,7 @@ async def subscribed(gw: Gateway) -> Subscriber:
     sub = Subscriber("session")
     binding = gw.readable(URI, Principal("tester"))
     assert binding is not None
-    await gw.subscribe([binding], sub)
+    await gw.fanout.subscribe([binding], sub)
     return sub
 
 
@@ -57,7 +58,7 @@ async def test_an_identical_hash_sends_nothing_and_a_changed_one_notifies_once(
     assert sub.outbox.pending == 0
     upstream.set("/doc", '{"v": 2}')
     await clock.tick()
-    assert await sub.outbox.get() == (URI, "poll")
+    assert await next_fire(sub.outbox) == (URI, "poll")
     await clock.tick()
     assert sub.outbox.pending == 0
     assert gw.metrics.fired.labels("poll")._value.get() == 1
@@ -86,7 +87,7 @@ async def test_a_failed_fetch_is_skipped_without_moving_the_baseline_and_is_coun
     upstream.set("/doc", '{"v": 1}')  # back to what the baseline saw: still no change
     await clock.tick()
     assert sub.outbox.pending == 0
-    watcher = gw.watcher(URI)
+    watcher = gw.fanout.watcher(URI)
     assert watcher is not None
     assert watcher.stats.failures == 1
     assert watcher.stats.last_success is not None
@@ -99,7 +100,7 @@ async def test_accepting_404_turns_a_delete_into_a_change(upstream: Upstream, cl
     sub = await subscribed(gw)
     del upstream.docs["/doc"]  # the upstream now answers 404 with an error document
     await clock.tick()
-    assert await sub.outbox.get() == (URI, "poll")
+    assert await next_fire(sub.outbox) == (URI, "poll")
     await gw.aclose()
 
 
@@ -122,7 +123,7 @@ async def test_a_uri_the_backend_refuses_is_refused_at_subscribe_time(upstream: 
     gw = make_gateway(upstream, clock)  # no document: the upstream answers 404
     with pytest.raises(StrategyError, match="HTTP 404"):
         await subscribed(gw)
-    assert gw.running_watches() == []
+    assert gw.fanout.running_watches() == []
     await gw.aclose()
 
 
@@ -156,7 +157,7 @@ async def test_ignored_durations_moving_never_notify_and_a_status_moving_does(
     assert sub.outbox.pending == 0
     upstream.set("/doc", pipeline("success", 6.0))
     await clock.tick()
-    assert await sub.outbox.get() == (URI, "poll")
+    assert await next_fire(sub.outbox) == (URI, "poll")
     await gw.aclose()
 
 
@@ -166,7 +167,7 @@ async def test_a_read_still_returns_the_ignored_fields(upstream: Upstream, clock
     await subscribed(gw)
     binding = gw.readable(URI, Principal("tester"))
     assert binding is not None
-    content = await gw.read(binding)
+    content = await gw.reader.read(binding)
     assert json.loads(content.body)["jobs"][1] == {
         "id": 2,
         "status": "running",
@@ -192,7 +193,7 @@ async def test_without_ignore_the_raw_bytes_count_as_before(upstream: Upstream, 
     sub = await subscribed(gw)
     upstream.set("/doc", '{\n  "b": 2,\n  "a": 1\n}')
     await clock.tick()
-    assert await sub.outbox.get() == (URI, "poll")
+    assert await next_fire(sub.outbox) == (URI, "poll")
     await gw.aclose()
 
 
@@ -206,7 +207,7 @@ async def test_a_body_that_is_not_json_refuses_the_subscription_saying_why(
     message = str(refused.value)
     assert f"{URI}: the body is not JSON: watch.strategy.ignore needs a JSON body" in message
     assert isinstance(refused.value.read, ReadError)
-    assert gw.running_watches() == []
+    assert gw.fanout.running_watches() == []
     await gw.aclose()
 
 

@@ -31,7 +31,7 @@ async def read(upstream: Upstream, **backend: Any) -> reader.Content:
     assert binding is not None
     try:
         async with asyncio.timeout(BOUND_S):  # a hang fails the test here, not in the code under test
-            return await gw.read(binding)
+            return await gw.reader.read(binding)
     finally:
         await gw.aclose()
 

@@ -50,7 +50,7 @@ async def read(gw: Gateway, host: str, scheme: str = "t") -> None:
     binding = gw.readable(f"{scheme}://host/{host}", Principal("tester"))
     assert binding is not None
     async with asyncio.timeout(BOUND_S):
-        await gw.read(binding)
+        await gw.reader.read(binding)
 
 
 def series(gw: Gateway, metric: str) -> dict[str, float]:
@@ -86,7 +86,7 @@ async def test_a_template_with_a_variable_host_holds_one_upstreams_connections_h
     try:
         async with asyncio.timeout(BOUND_S):
             await upstream.reached("/stall", 3)
-        assert gw.http_reader().upstreams_in_use() == [configured]
+        assert gw.reader.upstreams_in_use() == [configured]
         with pytest.raises(ReadError, match=f"all 3 connections to {re.escape(configured)} stayed busy for 300 ms"):
             await read(gw, HOSTS[-1], scheme="q")
         assert upstream.hits["/stall"] == 3

@@ -45,7 +45,7 @@ async def read(gw: Gateway) -> reader.Content:
     assert binding is not None
     try:
         async with asyncio.timeout(BOUND_S):
-            return await gw.read(binding)
+            return await gw.reader.read(binding)
     finally:
         await gw.aclose()
 

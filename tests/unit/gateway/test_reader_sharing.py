@@ -37,7 +37,7 @@ async def read(gw: Gateway, uri: str) -> reader.Content:
     binding = gw.readable(uri, Principal("tester"))
     assert binding is not None
     async with asyncio.timeout(BOUND_S):
-        return await gw.read(binding)
+        return await gw.reader.read(binding)
 
 
 async def test_a_cookie_an_upstream_sets_is_never_sent_with_a_later_read(upstream: Upstream) -> None:
@@ -101,7 +101,7 @@ async def test_a_stalled_upstream_holds_only_its_own_connections_and_a_read_wait
     )
     assert "/quick" not in upstream.hits
     assert gw.metrics.upstream_connections_busy.labels(where)._value.get() == 1
-    assert gw.http_reader().upstreams_in_use() == []  # nothing kept for an upstream no read is using
+    assert gw.reader.upstreams_in_use() == []  # nothing kept for an upstream no read is using
     await gw.aclose()
 
 
@@ -114,6 +114,6 @@ async def test_the_connections_to_one_upstream_are_a_setting(upstream: Upstream)
     async with reading(gw, "a://stall", 5):
         async with asyncio.timeout(BOUND_S):
             await upstream.reached("/stall", 3)
-        assert gw.http_reader().upstreams_in_use() == [upstream.url.removeprefix("http://")]
+        assert gw.reader.upstreams_in_use() == [upstream.url.removeprefix("http://")]
     assert upstream.hits["/stall"] == 3  # the other two waited for a connection until cancelled
     await gw.aclose()

@@ -22,14 +22,15 @@ from mcp.shared.exceptions import MCPError
 from mcpg_gateway import reader
 from mcpg_gateway.contract import check
 from mcpg_gateway.errors import ReadError
+from mcpg_gateway.fanout.subscribers import Subscriber
 from mcpg_gateway.gateway import Gateway, Options
 from mcpg_gateway.identity import Principal
-from mcpg_gateway.subscribers import Subscriber
 from mcpg_testing import BOUND_S
 from mcpg_testing.clients import legacy_client
 from mcpg_testing.clock import ManualClock
 from mcpg_testing.configs import gateway_config, resource
 from mcpg_testing.gateways import GatewayFactory
+from mcpg_testing.outboxes import next_fire
 from mcpg_testing.upstream import Stream, Upstream
 
 URI = "drive://big"
@@ -71,7 +72,7 @@ async def read(gw: Gateway) -> reader.Content:
     binding = gw.readable(URI, Principal("tester"))
     assert binding is not None
     async with asyncio.timeout(BOUND_S):
-        return await gw.read(binding)
+        return await gw.reader.read(binding)
 
 
 def too_large_count(gw: Gateway, upstream: Upstream) -> float:
@@ -129,7 +130,7 @@ async def subscribed(gw: Gateway) -> Subscriber:
     sub = Subscriber("session")
     binding = gw.readable(URI, Principal("tester"))
     assert binding is not None
-    await gw.subscribe([binding], sub)
+    await gw.fanout.subscribe([binding], sub)
     return sub
 
 
@@ -146,7 +147,7 @@ async def test_a_poll_hashes_a_body_far_larger_than_it_holds_and_still_sees_it_c
         upstream.docs["/big"].stream = after
         await clock.tick()
         async with asyncio.timeout(BOUND_S):
-            assert await sub.outbox.get() == (URI, "poll")
+            assert await next_fire(sub.outbox) == (URI, "poll")
     assert peak.bytes < 4 * MIB
     await gw.aclose()
 
@@ -157,7 +158,7 @@ async def test_a_streamed_poll_s_state_is_the_sha256_of_the_body_as_a_whole_read
     upstream.set("/doc", body)
     gw = make_gateway(upstream, "/doc", {"type": "poll"})
     await subscribed(gw)
-    [watch] = gw.running_watches()
+    [watch] = gw.fanout.running_watches()
     assert watch.pull is not None
     assert watch.pull.snapshot() == hashlib.sha256(body).hexdigest()
     await gw.aclose()

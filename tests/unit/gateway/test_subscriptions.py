@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
 
 import httpx2
 import pytest
@@ -108,7 +107,7 @@ async def test_subscribing_to_a_template_uri_watches_that_concrete_uri(
 ) -> None:
     upstream.set("/docs/a b", "first")  # the upstream sees the decoded path
     async with subscribed(running.mcp_url, mode, "drive://doc/a%20b") as sub:
-        assert [w.uri for w in running.gw.running_watches()] == ["drive://doc/a%20b"]
+        assert [w.uri for w in running.gw.fanout.running_watches()] == ["drive://doc/a%20b"]
         upstream.set("/docs/a b", "second")
         await clock.tick()
         assert await sub.next_update() == "drive://doc/a%20b"
@@ -119,7 +118,7 @@ async def test_every_subscriber_of_a_uri_is_told_once_across_both_eras(running: 
         assert (await post_webhook(running.base, "tok-new")).status_code == 200
         assert await a.next_update() == HOOK
         assert await b.next_update() == HOOK
-        watcher = running.gw.watcher(HOOK)
+        watcher = running.gw.fanout.watcher(HOOK)
         assert watcher is not None
         assert len(watcher.subscribers) == 2
 
@@ -128,26 +127,26 @@ async def test_unsubscribe_stops_notifications_and_the_watcher(running: RunningG
     async with legacy_client(running.mcp_url) as sub:
         await subscribe(sub, HOOK)
         await unsubscribe(sub, HOOK)
-        assert running.gw.running_watches() == []
+        assert running.gw.fanout.running_watches() == []
 
 
 async def test_closing_a_legacy_session_is_an_implicit_unsubscribe(running: RunningGateway) -> None:
     async with legacy_client(running.mcp_url) as sub:
         await subscribe(sub, HOOK)
         await subscribe(sub, POLLED)
-        assert len(running.gw.running_watches()) == 2
+        assert len(running.gw.fanout.running_watches()) == 2
     # Leaving the client sends DELETE; the SDK unwinds the session and our cleanup runs with it.
     async with asyncio.timeout(5):
-        while running.gw.running_watches():
+        while running.gw.fanout.running_watches():
             await asyncio.sleep(0)
     assert running.gw.metrics.subscribers.labels("session")._value.get() == 0
 
 
 async def test_dropping_a_listen_stream_is_an_implicit_unsubscribe(running: RunningGateway) -> None:
     async with listen_client(running.mcp_url, [HOOK, POLLED]):
-        assert {w.uri for w in running.gw.running_watches()} == {HOOK, POLLED}
+        assert {w.uri for w in running.gw.fanout.running_watches()} == {HOOK, POLLED}
     async with asyncio.timeout(5):
-        while running.gw.running_watches() or running.gw.subscribers.listening:
+        while running.gw.fanout.running_watches() or running.gw.fanout.listening:
             await asyncio.sleep(0)
 
 
@@ -162,7 +161,7 @@ async def test_a_resource_without_a_watch_cannot_be_subscribed(running: RunningG
     e = await refusal(running.mcp_url, mode, [PLAIN])
     assert e.code == errors.INVALID_PARAMS == -32602
     assert e.message == f"{PLAIN} has no watch, so it cannot be subscribed; read it instead"
-    assert running.gw.running_watches() == []
+    assert running.gw.fanout.running_watches() == []
 
 
 @ERAS
@@ -175,13 +174,13 @@ async def test_a_uri_the_backend_refuses_is_refused_before_any_acknowledgement(
         "the watch could not start: baseline read failed: drive://doc/missing: upstream answered HTTP 404, "
         "expected one of 200"
     )
-    assert running.gw.running_watches() == []
+    assert running.gw.fanout.running_watches() == []
 
 
 async def test_a_listen_with_one_bad_uri_is_refused_whole_and_starts_nothing(running: RunningGateway) -> None:
     e = await refusal(running.mcp_url, "listen", [HOOK, "drive://nope"])
     assert e.code == -32602
-    assert running.gw.running_watches() == []
+    assert running.gw.fanout.running_watches() == []
 
 
 async def test_read_goes_through_the_backend_binding(running: RunningGateway, upstream: Upstream) -> None:
@@ -267,14 +266,3 @@ async def test_a_subscriber_that_stops_reading_does_not_delay_the_others(
                 for _ in range(40):  # enough to fill the stuck stream's buffers many times over
                     assert (await post_webhook(gw.base, "t")).status_code == 200
                     assert await healthy.next_update(timeout=5) == HOOK
-
-
-def test_the_sdk_still_exposes_the_private_connection_hooks_we_rely_on() -> None:
-    """mcp is pinned exactly because the gateway uses ServerSession._connection.{state,exit_stack}."""
-    from mcp.server.connection import Connection
-    from mcp.server.session import ServerSession
-
-    assert "self._connection = connection" in inspect.getsource(ServerSession.__init__)
-    init = inspect.getsource(Connection.__init__)
-    assert "self.state" in init
-    assert "self.exit_stack = AsyncExitStack()" in init

@@ -22,7 +22,7 @@ from mcpg_gateway import admin_app
 from mcpg_gateway.contract import check
 from mcpg_gateway.contract.errors import ConfigError
 from mcpg_gateway.gateway import Gateway, Options
-from mcpg_operator import reconcile
+from mcpg_operator.reconcile import run as reconcile
 from mcpg_testing import BOUND_S
 from mcpg_testing.configs import gateway_config, principal, watched
 from mcpg_testing.gateways import GatewayFactory, RunningGateway

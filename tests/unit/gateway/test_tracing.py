@@ -17,7 +17,9 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.trace import SpanKind
 
-from mcpg_gateway import delivery, tracing, watchers, webhooks
+from mcpg_gateway import tracing
+from mcpg_gateway import webhook_route as webhooks
+from mcpg_gateway.fanout import delivery, watchers
 from mcpg_gateway.strategies import poll
 from mcpg_testing import BOUND_S
 from mcpg_testing.clients import subscribed

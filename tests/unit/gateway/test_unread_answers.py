@@ -222,14 +222,14 @@ async def test_a_stream_whose_client_stops_reading_is_closed_at_the_write_deadli
         async with asyncio.timeout(BOUND_S):
             while guard_closed(gw, "public", "write_timeout") == 0:  # written to until a write stays blocked
                 for _ in range(100):
-                    await gw.gw.fire(HOOK, "webhook")
+                    await gw.gw.fanout.fire(HOOK, "webhook")
                 await asyncio.sleep(0)  # let the loop move the bytes and run the deadline
         await sends_until_closed(sock)
     finally:
         sock.close()
     if stream == "listen":  # a session (and its subscription) outlives its GET stream, as after any closed one
         async with asyncio.timeout(BOUND_S):
-            while await gw.gw.fire(HOOK, "webhook") != 0:  # the subscription ends as its stream's end is noticed
+            while await gw.gw.fanout.fire(HOOK, "webhook") != 0:  # the subscription ends as its stream's end is noticed
                 await asyncio.sleep(0.05)
 
 

@@ -164,7 +164,7 @@ def hits(upstream: Upstream) -> dict[str, int]:
 def paused_for(gw: RunningGateway, uri: str) -> float | None:
     binding = gw.gw.readable(uri, Principal("tester"))
     assert binding is not None
-    return gw.gw.http_reader().paused_for(binding)
+    return gw.gw.reader.paused_for(binding)
 
 
 async def admin_upstreams(gw: RunningGateway) -> httpx2.Response:
@@ -239,11 +239,11 @@ async def test_a_paused_read_raises_without_a_request_and_refuses_a_subscription
     assert a is not None
     assert b is not None
     with pytest.raises(ReadError) as first:
-        await gw.gw.read(a)
+        await gw.gw.reader.read(a)
     assert (first.value.rate_limited, first.value.retry_after_s) == (True, 30)
     clock.advance(10)
     with pytest.raises(ReadError, match="rate-limiting this gateway") as held:
-        await gw.gw.read(b)
+        await gw.gw.reader.read(b)
     assert (held.value.status, held.value.retry_after_s) == (429, 20)
     refused = await refusal(gw.mcp_url, "legacy", [B])  # its baseline read is held too: the subscribe is refused
     assert "/b" not in upstream.hits

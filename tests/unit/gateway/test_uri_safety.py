@@ -147,7 +147,7 @@ async def test_a_subscription_steps_out_no_more_than_a_read(
     assert refused.code == errors.INVALID_PARAMS
     assert "`.` or `..` path segment" in refused.message
     assert files.asked == []
-    assert running.gw.running_watches() == []
+    assert running.gw.fanout.running_watches() == []
 
 
 # --- one resource, one spelling ----------------------------------------------------------------------------------
@@ -187,7 +187,7 @@ async def test_the_read_policy_sees_the_one_spelling(running: RunningGateway, mo
 async def test_two_spellings_cannot_start_two_watchers(running: RunningGateway) -> None:
     e = await refusal(running.mcp_url, "listen", ["doc://a.json", "doc://%61.json"], ALICE)
     assert "canonically it is 'doc://a.json'" in e.message
-    assert running.gw.running_watches() == []
+    assert running.gw.fanout.running_watches() == []
 
 
 # --- a bounded length --------------------------------------------------------------------------------------------

@@ -6,13 +6,15 @@ import asyncio
 
 import pytest
 
-from mcpg_gateway import catalog, watchers
+from mcpg_gateway import catalog
 from mcpg_gateway.contract import config
 from mcpg_gateway.errors import StrategyError
+from mcpg_gateway.fanout import watchers
+from mcpg_gateway.fanout.subscribers import Subscriber
 from mcpg_gateway.metrics import Metrics
 from mcpg_gateway.strategies import base, memory
-from mcpg_gateway.subscribers import Subscriber
 from mcpg_testing.clock import ManualClock
+from mcpg_testing.outboxes import next_fire
 
 
 def binding(uri: str) -> catalog.Binding:
@@ -41,8 +43,8 @@ async def test_first_subscriber_starts_the_watcher_and_the_last_one_leaving_stop
     registry: watchers.WatchRegistry, hub: memory.MemoryHub
 ) -> None:
     a, b = Subscriber("session"), Subscriber("listen")
-    await registry.subscribe(binding("x://1"), a)
-    await registry.subscribe(binding("x://1"), b)
+    await registry.subscribe_all([binding("x://1")], a)
+    await registry.subscribe_all([binding("x://1")], b)
     assert hub.started == ["x://1"]
     registry.unsubscribe("x://1", a)
     assert registry.get("x://1") is not None
@@ -55,7 +57,7 @@ async def test_first_subscriber_starts_the_watcher_and_the_last_one_leaving_stop
 async def test_dropping_a_subscriber_unsubscribes_it_from_everything(registry: watchers.WatchRegistry) -> None:
     sub = Subscriber("session")
     for uri in ("x://1", "x://2"):
-        await registry.subscribe(binding(uri), sub)
+        await registry.subscribe_all([binding(uri)], sub)
     registry.drop(sub)
     assert registry.watchers() == []
     assert sub.uris == set()
@@ -66,24 +68,24 @@ async def test_a_fire_offers_the_uri_to_every_subscriber_exactly_once(
 ) -> None:
     subs = [Subscriber("session") for _ in range(3)]
     for sub in subs:
-        await registry.subscribe(binding("x://1"), sub)
+        await registry.subscribe_all([binding("x://1")], sub)
     assert await registry.fire("x://1", "poll") == 3
     assert await registry.fire("x://1", "poll") == 3  # still pending: coalesced, not queued twice
     for sub in subs:
         assert sub.outbox.pending == 1
-        assert await sub.outbox.get() == ("x://1", "poll")
+        assert await next_fire(sub.outbox) == ("x://1", "poll")
 
 
 async def test_a_subscriber_that_never_reads_does_not_delay_the_others(registry: watchers.WatchRegistry) -> None:
     stuck, live = Subscriber("session"), Subscriber("session")
-    await registry.subscribe(binding("x://1"), stuck)
-    await registry.subscribe(binding("x://2"), stuck)
-    await registry.subscribe(binding("x://1"), live)
+    await registry.subscribe_all([binding("x://1")], stuck)
+    await registry.subscribe_all([binding("x://2")], stuck)
+    await registry.subscribe_all([binding("x://1")], live)
     for _ in range(1000):
         await registry.fire("x://1", "poll")
         await registry.fire("x://2", "poll")
     assert stuck.outbox.pending == 2  # bounded by the URIs it watches, not by the number of fires
-    assert await live.outbox.get() == ("x://1", "poll")
+    assert await next_fire(live.outbox) == ("x://1", "poll")
 
 
 async def test_a_watch_that_cannot_start_refuses_every_waiting_subscriber_and_leaves_nothing_behind(
@@ -92,7 +94,9 @@ async def test_a_watch_that_cannot_start_refuses_every_waiting_subscriber_and_le
     hub.refuse.add("x://bad")
     a, b = Subscriber("session"), Subscriber("listen")
     results = await asyncio.gather(
-        registry.subscribe(binding("x://bad"), a), registry.subscribe(binding("x://bad"), b), return_exceptions=True
+        registry.subscribe_all([binding("x://bad")], a),
+        registry.subscribe_all([binding("x://bad")], b),
+        return_exceptions=True,
     )
     assert all(isinstance(r, StrategyError) for r in results)
     assert registry.watchers() == []
@@ -103,10 +107,10 @@ async def test_strategy_fires_reach_subscribers_through_the_registry(
     registry: watchers.WatchRegistry, hub: memory.MemoryHub
 ) -> None:
     sub = Subscriber("listen")
-    await registry.subscribe(binding("x://1"), sub)
+    await registry.subscribe_all([binding("x://1")], sub)
     assert hub.trigger("x://1") == 1
     async with asyncio.timeout(5):
-        assert await sub.outbox.get() == ("x://1", "poll")
+        assert await next_fire(sub.outbox) == ("x://1", "poll")
 
 
 class Crashy:
@@ -140,9 +144,9 @@ async def test_a_crashing_strategy_is_restarted_and_counted() -> None:
     build = watchers.build_with(lambda spec, ctx: Crashy(ctx.clock), never_read, Clock())
     registry = watchers.WatchRegistry(build, metrics, Clock())
     sub = Subscriber("session")
-    await registry.subscribe(binding("x://1"), sub)
+    await registry.subscribe_all([binding("x://1")], sub)
     async with asyncio.timeout(5):
-        assert await sub.outbox.get() == ("x://1", "poll")
+        assert await next_fire(sub.outbox) == ("x://1", "poll")
     assert released.is_set()
     assert metrics.strategy_restarts.labels("poll")._value.get() == 1
     await registry.close()
@@ -152,19 +156,19 @@ async def test_the_lifetime_schedule_stays_bounded_by_the_live_subscriptions(reg
     # Every subscription schedules its end; ended ones leave stale entries, compacted before they pile up. A
     # thousand subscribers of one URI are a thousand live entries, each kept once (not compacted over and over).
     crowd = [Subscriber("session") for _ in range(1000)]
-    await registry.subscribe(binding("x://shared"), crowd[0])
-    schedule = registry._lifetimes
+    await registry.subscribe_all([binding("x://shared")], crowd[0])
+    schedule = registry._lifetimes._entries
     for sub in crowd[1:]:
-        await registry.subscribe(binding("x://shared"), sub)
-    assert registry._lifetimes is schedule  # live entries only: nothing to compact, so never rebuilt
+        await registry.subscribe_all([binding("x://shared")], sub)
+    assert registry._lifetimes._entries is schedule  # live entries only: nothing to compact, so never rebuilt
     assert len(schedule) == 1000
     churner = Subscriber("session")
     for _ in range(5000):
-        await registry.subscribe(binding("x://churn"), churner)
+        await registry.subscribe_all([binding("x://churn")], churner)
         registry.unsubscribe("x://churn", churner)
-    assert len(registry._lifetimes) <= 2 * 1000 + 64 + 1
+    assert len(registry._lifetimes._entries) <= 2 * 1000 + 64 + 1
     for sub in crowd:
         registry.drop(sub)
-    await registry.subscribe(binding("x://last"), churner)
-    assert len(registry._lifetimes) <= 64 + 2
+    await registry.subscribe_all([binding("x://last")], churner)
+    assert len(registry._lifetimes._entries) <= 64 + 2
     await registry.close()

@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 import httpx2
 import pytest
 
-from mcpg_gateway import webhooks
 from mcpg_gateway.contract import check
+from mcpg_gateway.strategies import webhook as webhooks
 from mcpg_testing.configs import gateway_config, resource
 from mcpg_testing.gateways import GatewayFactory, RunningGateway, fired
 from mcpg_testing.upstream import Upstream
@@ -92,7 +92,7 @@ def test_two_resources_sharing_a_token_log_the_collision_naming_both_and_the_lat
         resource("second", "x://2", "http://u/", {"type": "webhook", "token": "shared-secret"}),
     )
     cfg = check.load(raw, environ={})
-    with caplog.at_level(logging.ERROR, logger="mcpg_gateway.webhooks"):
+    with caplog.at_level(logging.ERROR, logger="mcpg_gateway.strategies.webhook"):
         index = webhooks.build_index(cfg.mcp.capabilities.resources)
     route = index.lookup("shared-secret")
     assert route is not None

@@ -22,7 +22,8 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from mcpg_gateway import eager, mcp_requests
+from mcpg_gateway import mcp_requests
+from mcpg_gateway.fanout import eager
 
 logger = logging.getLogger(__name__)
 

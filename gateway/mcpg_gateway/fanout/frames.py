@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
+from mcpg_gateway.sdk.protocol import SUBSCRIPTION_ID_META_KEY
 
 RequestId = int | str
 UPDATED = "notifications/resources/updated"
@@ -36,6 +36,11 @@ def member(key: str, value: Any) -> bytes:
 def subscription_member(request_id: RequestId) -> bytes:
     """A listen stream's `subscriptionId` member: the id of its subscriptions/listen request."""
     return member(SUBSCRIPTION_ID_META_KEY, request_id)
+
+
+def subscription_meta(request_id: RequestId) -> dict[str, Any]:
+    """The same member as a `_meta` dict, for a notification the SDK encodes (off HTTP)."""
+    return {SUBSCRIPTION_ID_META_KEY: request_id}
 
 
 def frame(after_meta: bytes, *members: bytes) -> bytes:

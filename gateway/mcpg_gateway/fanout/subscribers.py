@@ -1,8 +1,8 @@
 """Subscribers: the parties a fired watch tells, each with its own outbox, and the one owner of their lifecycle.
 
 Fan-out never blocks on a subscriber. Over Streamable HTTP it writes to the subscriber's stream at once when
-the stream takes the bytes without waiting (`delivery.py`); a subscriber that is behind, or one without such
-a stream (stdio, or built outside MCP), gets the URI in its outbox, and a task of its own does the slow part.
+the stream takes the bytes without waiting (`stream_writer.py`); a subscriber that is behind, or one without
+such a stream (stdio, `session_writer.py`), gets the URI in its outbox, and its writer's task does the slow part.
 A notification is a level trigger ("re-read this"), so an outbox holds each pending URI once: a subscriber
 that stops reading costs one entry per watched URI, never a growing queue.
 `Subscribers` opens and closes them: a close is an implicit unsubscribe from everything, exactly once. A listen
@@ -21,17 +21,14 @@ from typing import Literal, Protocol
 
 from prometheus_client import Gauge
 
-from mcpg_gateway import limits, tracing
-from mcpg_gateway.endings import Ending
+from mcpg_gateway import tracing
+from mcpg_gateway.fanout import limits
+from mcpg_gateway.fanout.endings import Ending
 from mcpg_gateway.identity import Principal
 
 _ids = itertools.count(1)
 
 Kind = Literal["session", "listen"]
-
-
-class OutboxClosed(Exception):
-    """The subscriber is going away; its drain loop should end."""
 
 
 class Outcome(enum.Enum):
@@ -48,11 +45,19 @@ class Outcome(enum.Enum):
 
 
 class Delivering(Protocol):
-    """How fires reach a subscriber over Streamable HTTP (`delivery.Delivery`)."""
+    """How fires reach a subscriber's client (`delivery.Writer`: over HTTP, or through the SDK's session)."""
 
     def deliver(self, pending: Pending, watch: bytes) -> Outcome: ...
 
+    async def started(self) -> None: ...
+
+    def ready(self) -> None: ...
+
+    async def flush(self) -> None: ...
+
     def stop(self) -> None: ...
+
+    async def stopped(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,10 +80,6 @@ class Outbox:
         self._wake: asyncio.Event | None = None  # made when a task first waits: most outboxes are never waited on
         self._closed = False
 
-    def offer(self, uri: str, strategy: str, trace: tracing.Parent | None = None) -> bool:
-        """Queue `uri` unless already pending (then the first fire's trace keeps it). False once closed."""
-        return self.offer_pending(Pending(uri, strategy, trace))
-
     def offer_pending(self, pending: Pending) -> bool:
         """Queue `pending` unless its URI is already pending (then the first fire's keeps it). False once closed."""
         if self._closed:
@@ -88,18 +89,6 @@ class Outbox:
         if self._wake is not None:
             self._wake.set()
         return True
-
-    async def get(self) -> tuple[str, str]:
-        pending = await self.take()
-        return pending.uri, pending.strategy
-
-    async def take(self) -> Pending:
-        """The oldest pending URI, waiting for one; `OutboxClosed` once closed and drained."""
-        while not self._pending:
-            if self._closed:
-                raise OutboxClosed
-            await self._wait()
-        return self._pending.pop(next(iter(self._pending)))
 
     def pop(self) -> Pending | None:
         """The oldest pending URI, or None: never waits."""
@@ -117,7 +106,7 @@ class Outbox:
         await self._wake.wait()
 
     def close(self) -> None:
-        """Stop accepting; `get` drains what is pending, then raises `OutboxClosed`."""
+        """Stop accepting; what is pending stays, for its writer's last writes."""
         self._closed = True
         if self._wake is not None:
             self._wake.set()
@@ -151,7 +140,7 @@ class Subscriber:
     ending: Ending | None = None
     """Why the gateway ended this listen stream, said in its result; None while open or when the client ended it."""
     delivery: Delivering | None = None
-    """How fires reach it over Streamable HTTP (`delivery.py`); None on stdio and outside MCP: its outbox's task."""
+    """How fires reach its client, the one reader of its outbox (`delivery.py`); None only outside MCP (tests)."""
 
     @property
     def principal_id(self) -> str:

@@ -18,10 +18,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from mcpg_gateway import frames
 from mcpg_gateway.contract import config
-from mcpg_gateway.endings import WATCH_META_KEY
-from mcpg_gateway.subscribers import Subscriber
+from mcpg_gateway.fanout import frames
+from mcpg_gateway.fanout.endings import WATCH_META_KEY
+from mcpg_gateway.fanout.subscribers import Subscriber
 
 
 @dataclass(frozen=True, slots=True)

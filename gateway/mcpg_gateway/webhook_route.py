@@ -1,14 +1,11 @@
-"""Inbound webhooks, the whole concept: `POST /webhooks/resource-updated/{token}` fires the one resource its token
-selects.
+"""The webhook route: `POST /webhooks/resource-updated/{token}` fires the one resource its token selects.
 
-- The token index: tokens (current and `previous_tokens`) by SHA-256 digest, so a lookup hashes the presented
-  token first and compares digests, and the time it takes says nothing of how much of a real token was guessed.
-- The route, as a plain ASGI app in front of the public Starlette app, answering all of `/webhooks/` in JSON
-  (the Origin rule is `origins.py`'s; request framing and head limits are `connections.py`'s). It is the gateway's
-  hottest path (every upstream change arrives here) and needs nothing a framework adds; Starlette's router and
-  middleware cost more than the handler itself (see docs/performance-notes.md). The body is consumed up to a
-  small bound and never used: only the token in the path selects the resource.
-- The watch strategy: passive. A webhook watch waits; the route fires its URI.
+The token index and the passive watch are the webhook strategy's (`strategies/webhook.py`); this is the HTTP
+side only. The route is a plain ASGI app in front of the public Starlette app, answering all of `/webhooks/` in JSON
+(the Origin rule is `origins.py`'s; request framing and head limits are `connections.py`'s). It is the gateway's
+hottest path (every upstream change arrives here) and needs nothing a framework adds; Starlette's router and
+middleware cost more than the handler itself (see docs/performance-notes.md). The body is consumed up to a
+small bound and never used: only the token in the path selects the resource.
 
 On a bus the route announces the fire to every gateway; when the bus cannot take it the route answers 503
 (the sender retries) rather than 200 for a change only this process's subscribers would hear of.
@@ -16,13 +13,8 @@ On a bus the route announces the fire to every gateway; when the bus cannot take
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
 import json
-import logging
-import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry.trace import Span, SpanKind
@@ -32,95 +24,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from mcpg_gateway import origins, tracing
 from mcpg_gateway.contract import config
 from mcpg_gateway.errors import BusUnavailableError
-from mcpg_gateway.strategies import base
-
-logger = logging.getLogger(__name__)
+from mcpg_gateway.strategies.webhook import TokenIndex
 
 PREFIX = "/webhooks/resource-updated/"
 NAMESPACE = "/webhooks/"
 """The route answers every path under it, in JSON: one with no route is a 404 like an unknown token's."""
-
-
-@dataclass(frozen=True, slots=True)
-class Route:
-    uri: str
-    name: str
-    generated_token: str | None = None
-    """Set only when the config left the token empty and the gateway made one up (shown in the admin API)."""
-
-
-def digest(token: str) -> bytes:
-    return hashlib.sha256(token.encode()).digest()
-
-
-class TokenIndex:
-    def __init__(self) -> None:
-        self._routes: dict[bytes, Route] = {}
-
-    def lookup(self, token: str) -> Route | None:
-        if not token.isascii():  # no configured token is (config.WebhookStrategy), and not every str can be hashed
-            return None
-        return self._routes.get(digest(token))
-
-    def routes(self) -> list[Route]:
-        return list({id(r): r for r in self._routes.values()}.values())
-
-    def add(self, token: str, route: Route) -> None:
-        key = digest(token)
-        earlier = self._routes.get(key)
-        if earlier is not None and earlier.uri != route.uri:
-            # Two resources must not share a token: say so naming both (never the token); the later one wins.
-            logger.error(
-                "webhook token collision: resource %r reuses the token of resource %r; %r now receives it",
-                route.name,
-                earlier.name,
-                route.name,
-            )
-        self._routes[key] = route
-
-
-def build_index(resources: list[config.ResourceConfig]) -> TokenIndex:
-    index = TokenIndex()
-    for res in resources:
-        if res.watch is None or not isinstance(res.watch.strategy, config.WebhookStrategy):
-            continue
-        strategy = res.watch.strategy
-        token = strategy.token.get_secret_value()
-        route = Route(res.uri, res.name)
-        if not token:
-            token = str(uuid.uuid4())
-            route = Route(res.uri, res.name, generated_token=token)
-            # Shown once so a scratch run is usable; set the token from the environment for anything real.
-            logger.warning(
-                "resource %r has no webhook token; generated one for this run: /webhooks/resource-updated/%s",
-                res.name,
-                token,
-            )
-        index.add(token, route)
-        for old in strategy.previous_tokens:
-            if old.get_secret_value():
-                index.add(old.get_secret_value(), route)
-    return index
-
-
-class WebhookWatch:
-    """The watch of a webhook resource: nothing to start or poll; the route fires it."""
-
-    def __init__(self, spec: config.WebhookStrategy, ctx: base.WatchContext) -> None:
-        self._ctx = ctx
-
-    async def start(self) -> None:
-        return None
-
-    async def run(self, fire: base.Fire) -> None:
-        await asyncio.Event().wait()
-
-    async def close(self) -> None:
-        return None
-
-
-STRATEGY = base.StrategyType("webhook", WebhookWatch)
-
 
 ROUTE = PREFIX + "{token}"
 SPAN = f"POST {ROUTE}"

@@ -10,8 +10,9 @@ filter excludes is never told.
 
 The registry also keeps each principal's holdings (`limits.Watches`) in step with its subscriptions, and ends
 subscriptions for the reasons in `endings.py`: the upstream answered 401/403/404 (`resource_gone`), the lifetime
-ran out (`lifetime_reached`), or the principal's limit needed the room (`watcher_evicted`). A listen stream is
-answered as soon as the gateway ends any URI it carries, naming the URIs: the client listens again for the rest.
+ran out (`lifetime_reached`, scheduled by `lifetimes.py`), or the principal's limit needed the room
+(`watcher_evicted`). A listen stream is answered as soon as the gateway ends any URI it carries, naming the URIs:
+the client listens again for the rest.
 """
 
 from __future__ import annotations
@@ -26,13 +27,14 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from mcpg_gateway import audit, backoff, cancellation, catalog, frames, lease, limits, liveness, tracing
+from mcpg_gateway import audit, backoff, cancellation, catalog, liveness, tracing
 from mcpg_gateway.contract import config
-from mcpg_gateway.endings import Ending
 from mcpg_gateway.errors import StrategyError, WatchGone
+from mcpg_gateway.fanout import frames, lease, lifetimes, limits
+from mcpg_gateway.fanout.endings import Ending
+from mcpg_gateway.fanout.subscribers import Outcome, Pending, Subscriber
 from mcpg_gateway.metrics import Metrics
 from mcpg_gateway.strategies import base
-from mcpg_gateway.subscribers import Outcome, Pending, Subscriber
 
 logger = logging.getLogger(__name__)
 
@@ -80,18 +82,6 @@ def strategy_type(binding: catalog.Binding) -> str:
     return watch.strategy.type if watch is not None else "none"
 
 
-@dataclass(frozen=True, slots=True)
-class _Lifetime:
-    deadline: float
-    sub: Subscriber
-    uri: str
-    since: float
-
-    @property
-    def live(self) -> bool:
-        return self.sub.since.get(self.uri) == self.since
-
-
 class WatchRegistry:
     def __init__(
         self,
@@ -116,16 +106,7 @@ class WatchRegistry:
         metrics.sources_down.set_function(self.sources_down)
         self._stopping: cancellation.Stopping[Watcher] = cancellation.Stopping()
         """Watchers asked to stop (their last subscriber left) that have not yet: shown, and waited for in bound."""
-        self._lifetimes: collections.deque[_Lifetime] = collections.deque()
-        self._subscriptions = 0
-        """(subscriber, URI) pairs held now: the live entries among `_lifetimes`."""
-        self._lifetime_added = asyncio.Event()
-        self._reaper: asyncio.Task[None] | None = None
-
-    @property
-    def slows(self) -> bool:
-        """Whether idle subscribers slow a pull watch: not on a bus, where the owner cannot see them all."""
-        return self.terms.slows
+        self._lifetimes = lifetimes.Lifetimes(self._clock, self._expire)
 
     def watchers(self) -> list[Watcher]:
         return list(self._watchers.values())
@@ -137,16 +118,12 @@ class WatchRegistry:
 
     def admit(self, sub: Subscriber, uris: Iterable[str]) -> None:
         """Admit `sub`'s principal to hold `uris` (evicting its longest-slowed watches if need be), or raise
-        `limits.Refusal`. Synchronous: call `subscribe` right after it, with no await between."""
+        `limits.Refusal`. Synchronous: call `subscribe_all` right after it, with no await between."""
         pid = sub.principal_id
         admission = self.holdings.admit(pid, [u for u in uris if u not in sub.uris], self._slowed_since(pid))
         for uri in admission.evict:
             for victim in self._subscribers_of(pid, uri):
                 self.end(victim, uri, Ending("watcher_evicted"))
-
-    async def subscribe(self, binding: catalog.Binding, sub: Subscriber) -> None:
-        """Join (or start) the watcher of `binding.uri`. Raises `StrategyError` if it cannot start."""
-        await self.subscribe_all([binding], sub)
 
     async def subscribe_all(self, bindings: Iterable[catalog.Binding], sub: Subscriber) -> None:
         """Join every binding's watcher at once, then wait for all their starts (baselines run concurrently).
@@ -179,6 +156,9 @@ class WatchRegistry:
             if sub.ending is None or sub.ending.reason == ending.reason:  # the result gives one reason
                 sub.ending = (sub.ending or ending).of(uri)
             sub.outbox.close()
+
+    def _expire(self, sub: Subscriber, uri: str) -> None:
+        self.end(sub, uri, Ending("lifetime_reached"))
 
     def touch(self, sub: Subscriber) -> None:
         """A request on `sub`'s session: its lease is renewed, and a watch it had slowed returns to full speed."""
@@ -261,9 +241,10 @@ class WatchRegistry:
         """Stop every watcher, waiting for them at most `cancellation.STOP_TIMEOUT_S`: one that does not stop
         by then (its strategy ignores the cancel) is abandoned and logged by name, and shutdown goes on."""
         others = []
-        if self._reaper is not None:
-            self._reaper.cancel()
-            others.append(self._reaper)
+        reaper = self._lifetimes.reaper
+        if reaper is not None:
+            reaper.cancel()
+            others.append(reaper)
         for watcher in list(self._watchers.values()):
             self._stop(watcher)
         self._watchers.clear()
@@ -281,9 +262,9 @@ class WatchRegistry:
         now = self._clock.now()
         sub.uris.add(binding.uri)
         sub.since[binding.uri] = now
-        self._subscriptions += 1
+        self._lifetimes.held += 1
         self.holdings.add(sub.principal_id, binding.uri)
-        self._schedule_end_of_life(_Lifetime(now + self.terms.lifetime_s, sub, binding.uri, now))
+        self._lifetimes.add(sub, binding.uri, now, self.terms.lifetime_s)
         return watcher
 
     def _detach(self, uri: str, sub: Subscriber) -> None:
@@ -291,7 +272,7 @@ class WatchRegistry:
             return
         sub.uris.discard(uri)
         sub.since.pop(uri, None)
-        self._subscriptions -= 1
+        self._lifetimes.held -= 1
         self.holdings.remove(sub.principal_id, uri)
         watcher = self._watchers.get(uri)
         if watcher is None or sub not in watcher.subscribers:
@@ -323,31 +304,6 @@ class WatchRegistry:
 
         return since
 
-    # --- lifetimes -------------------------------------------------------------------------------------
-
-    def _schedule_end_of_life(self, entry: _Lifetime) -> None:
-        # Every lifetime is the same length, so deadlines arrive in order and a deque is the schedule. Ended
-        # subscriptions leave stale entries behind; compact them away before they outnumber the live ones.
-        self._lifetimes.append(entry)
-        if len(self._lifetimes) > 2 * self._subscriptions + 64:
-            self._lifetimes = collections.deque(e for e in self._lifetimes if e.live)
-        self._lifetime_added.set()
-        if self._reaper is None or self._reaper.done():
-            self._reaper = asyncio.create_task(self._reap(), name="watch lifetimes")
-
-    async def _reap(self) -> None:
-        while True:
-            if not self._lifetimes:
-                self._lifetime_added.clear()
-                await self._lifetime_added.wait()
-                continue
-            await self._clock.sleep_until(self._lifetimes[0].deadline)
-            now = self._clock.now()
-            while self._lifetimes and self._lifetimes[0].deadline <= now:
-                entry = self._lifetimes.popleft()
-                if entry.live:
-                    self.end(entry.sub, entry.uri, Ending("lifetime_reached"))
-
     def sources_down(self) -> int:
         """Running watches whose event-source connection is down now (the `mcpg_watch_sources_down` gauge)."""
         return sum(1 for w in self._watchers.values() if w.stats.connection.down)
@@ -356,8 +312,8 @@ class WatchRegistry:
 
     def _start(self, binding: catalog.Binding) -> Watcher:
         kind = strategy_type(binding)
-        stats = base.ReadStats(on_failure=self._metrics.poll_failures.labels(kind).inc)
-        stats.connection.on_loss = lambda cause: self._metrics.source_losses.labels(kind, cause).inc()
+        losses = liveness.Connection(on_loss=lambda cause: self._metrics.source_losses.labels(kind, cause).inc())
+        stats = base.ReadStats(on_failure=self._metrics.poll_failures.labels(kind).inc, connection=losses)
         loop = asyncio.get_running_loop()
         watcher = Watcher(binding, kind, self._build(binding, stats), stats, loop.create_future())
         # Every waiter may be cancelled before reading the outcome; never let it be reported as unretrieved.
