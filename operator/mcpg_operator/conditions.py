@@ -5,6 +5,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+MESSAGE_MAX = 1024
+"""Characters of a condition's or an Event's message kept: the rest is cut (the reason says what happened)."""
+
 READY, RECONCILING, STALLED = "Ready", "Reconciling", "Stalled"
 TOKEN_ACCEPTED = "TokenAccepted"
 CLIENTS_AUTHORIZED = "ClientsAuthorized"
@@ -52,7 +55,7 @@ def set_condition(
         "type": type_,
         "status": value,
         "reason": reason,
-        "message": message[:1024],
+        "message": message[:MESSAGE_MAX],
         "observedGeneration": generation,
         "lastTransitionTime": now_iso(now) if changed or old is None else old.get("lastTransitionTime", now_iso(now)),
     }

@@ -126,7 +126,7 @@ def body(namespace: str, event: Event, now: float) -> dict[str, Any]:
             "uid": about.uid,
         },
         "reason": event.reason,
-        "message": event.message[:1024],
+        "message": event.message[: c.MESSAGE_MAX],
         "type": event.type,
         "source": {"component": COMPONENT},
         "reportingComponent": COMPONENT,

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from mcpg_gateway.contract import config
+from mcpg_operator import conditions
 from mcpg_operator import schema_markers as sm
 from mcpg_operator.api_types import DATA_KEY_PATTERN as DATA_KEY_PATTERN
 from mcpg_operator.api_types import NAME_MAX, DataKey, Int32, Int64, ObjectName, Timestamp
@@ -337,8 +338,11 @@ class Condition(_Spec):
     """Whether the condition holds."""
     reason: str | None = None
     """A CamelCase word saying why, for tools and `kubectl get` (e.g. `Served`, `RollingOut`, `InvalidSpec`)."""
-    message: str | None = None
-    """The reason in a sentence for a person (at most 1024 characters); never holds a token."""
+    message: str | None = Field(
+        default=None,
+        description=f"The reason in a sentence for a person (at most {conditions.MESSAGE_MAX} characters); never "
+        "holds a token.",
+    )
     observed_generation: Int64 | None = None
     """The metadata.generation this condition was computed from."""
     last_transition_time: Timestamp | None = None

@@ -101,9 +101,13 @@ class PollStrategy(_Model):
 
     type: Literal["poll"] = "poll"
     """Selects this strategy; `poll` is also what a watch without a strategy does."""
-    interval_ms: int = Field(default=POLL_DEFAULT_MS, gt=0, le=LONGEST_MS)
-    """Milliseconds between two reads; 60000 (one minute) by default, never less than 10000 (the floor), at most
-    a year."""
+    interval_ms: int = Field(
+        default=POLL_DEFAULT_MS,
+        gt=0,
+        le=LONGEST_MS,
+        description=f"Milliseconds between two reads; {POLL_DEFAULT_MS} by default, never less than {POLL_FLOOR_MS} "
+        "(the floor), at most a year.",
+    )
     ignore: list[IgnoredPointer] = Field(default_factory=list)
     """JSON Pointers (RFC 6901; `*` matches any array index or object key) whose values are left out of the
     hash: fields the upstream recomputes on every read. The body must then be JSON. A read still returns them."""
@@ -196,9 +200,13 @@ class SqlPollingStrategy(_Model):
     query: str = Field(min_length=1)
     """A query returning one scalar that advances when the resource changes, such as `select max(updated_at) from
     reports`."""
-    interval_ms: int = Field(default=POLL_DEFAULT_MS, gt=0, le=LONGEST_MS)
-    """Milliseconds between two runs of the query; 60000 (one minute) by default, never less than 10000, at most a
-    year."""
+    interval_ms: int = Field(
+        default=POLL_DEFAULT_MS,
+        gt=0,
+        le=LONGEST_MS,
+        description=f"Milliseconds between two runs of the query; {POLL_DEFAULT_MS} by default, never less than "
+        f"{POLL_FLOOR_MS}, at most a year.",
+    )
     timeout_ms: int = Field(default=30_000, gt=0, le=300_000)
     """How long one run of the query may take. A run that takes longer is abandoned and its connection closed, as
     a server that stops answering looks exactly like that; the next run opens a new one."""
@@ -487,17 +495,17 @@ class LimitsConfig(_Model):
     """
 
     watches_per_principal: int = Field(default=10, ge=1)
-    """Distinct URIs one principal may watch at once (10 by default); one more is refused."""
+    """Distinct URIs one principal may watch at once; one more is refused."""
     watches_total: int = Field(default=512, ge=1)
-    """Distinct URIs watched in the whole gateway at once (512 by default)."""
+    """Distinct URIs watched in the whole gateway at once."""
     listen_streams_per_principal: int = Field(default=64, ge=1)
-    """Open `subscriptions/listen` streams one principal may hold (64 by default)."""
+    """Open `subscriptions/listen` streams one principal may hold."""
     listen_streams_total: int = Field(default=512, ge=1)
-    """Open `subscriptions/listen` streams in the whole gateway (512 by default)."""
+    """Open `subscriptions/listen` streams in the whole gateway."""
     sessions_per_principal: int = Field(default=128, ge=1)
-    """Stateful MCP sessions one principal may hold (128 by default)."""
+    """Stateful MCP sessions one principal may hold."""
     sessions_total: int = Field(default=10_000, ge=1)
-    """Stateful MCP sessions in the whole gateway (10000 by default)."""
+    """Stateful MCP sessions in the whole gateway."""
     connections: int = Field(default=4096, ge=16)
     """Open TCP connections per port (public and admin each). At the cap the connection that has waited on its
     client longest (idle: no request in flight; or its response write blocked) is closed to make room; with none
