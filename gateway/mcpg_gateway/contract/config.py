@@ -35,6 +35,8 @@ LONGEST_S = 31_536_000
 is never in practice, and a bound keeps every deadline computed from one a number the timers take and an instant
 RFC 3339 writes (`renewBy`, the admin API's times); a 400-digit `interval_ms` would not even convert to seconds."""
 LONGEST_MS = LONGEST_S * 1000
+LONGEST_READ_MS = 300_000
+"""Five minutes: the longest one read of a backend (an HTTP request, a SQL query) may be given."""
 
 # Types the operator's CRD fields share with the fields below (`mcpg_operator.mirror`): written once, here.
 HttpMethod = Literal["get", "post", "put", "patch", "delete", "head"]
@@ -74,7 +76,7 @@ class HttpBackend(_Model):
     """The HTTP statuses that make a successful read (`[200]` by default); any other is a failed read."""
     require_json_response: bool = False
     """Refuse a body that is not JSON: such a read fails instead of being served or hashed. Off by default."""
-    timeout_ms: int = Field(default=10_000, gt=0, le=300_000)
+    timeout_ms: int = Field(default=10_000, gt=0, le=LONGEST_READ_MS)
     """Bounds the whole read: waiting for a connection to the upstream, the request, and the whole body."""
     max_response_bytes: int = Field(default=10_485_760, ge=1)
     """The largest body a read accepts, counted after decompression; 10 MiB by default. A larger one is a failed
@@ -207,7 +209,7 @@ class SqlPollingStrategy(_Model):
         description=f"Milliseconds between two runs of the query; {POLL_DEFAULT_MS} by default, never less than "
         f"{POLL_FLOOR_MS}, at most a year.",
     )
-    timeout_ms: int = Field(default=30_000, gt=0, le=300_000)
+    timeout_ms: int = Field(default=30_000, gt=0, le=LONGEST_READ_MS)
     """How long one run of the query may take. A run that takes longer is abandoned and its connection closed, as
     a server that stops answering looks exactly like that; the next run opens a new one."""
 
