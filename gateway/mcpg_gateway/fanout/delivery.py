@@ -15,7 +15,12 @@ once: the catch-up task, the bound on a write that waits, the notify span and th
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import logging
+from collections.abc import Callable
+
+from opentelemetry.trace import Span
 
 from mcpg_gateway import cancellation, tracing
 from mcpg_gateway.fanout.subscribers import Outcome, Pending, Subscriber
@@ -102,12 +107,16 @@ class Writer:
         if not self._writable():
             self._metrics.notifications_dropped.labels(strategy).inc()
             return
-        with tracing.span(NOTIFY_SPAN, attributes(self.sub, pending), parent=pending.trace) as span:
+        with self._notify_span(pending) as span:
             begun, writing = self._started(pending)
             if not begun or (writing is not None and not await self._bounded(writing, pending)):
                 span.set_attribute(tracing.RESULT, "dropped")
                 return
         self._metrics.notifications_sent.labels(strategy).inc()
+
+    def _notify_span(self, pending: Pending) -> contextlib.AbstractContextManager[Span]:
+        """The span of one notification written to this subscriber, a child of the fire that caused it."""
+        return tracing.span(NOTIFY_SPAN, attributes(self.sub, pending), parent=pending.trace)
 
     def _started(self, pending: Pending) -> tuple[bool, asyncio.Task[None] | None]:
         """`_start`, and whether it began: a write that failed at once is dropped (counted)."""
@@ -139,3 +148,24 @@ class Writer:
 def attributes(sub: Subscriber, pending: Pending) -> dict[str, str]:
     """The notify span's attributes."""
     return {tracing.STRATEGY: pending.strategy, tracing.URI: pending.uri, tracing.SUBSCRIBER_KIND: sub.kind}
+
+
+def to_each(
+    told: list[Subscriber], pending: Pending, watch_member: Callable[[Subscriber], bytes], metrics: Metrics
+) -> int:
+    """One fire's `pending` handed to each of `told`'s writers (or offered to the outbox of a subscriber without
+    one: built outside MCP); how many were offered it (all but those going away). What was written in the fire's
+    turn, and what had no stream to go to, is counted here, once for the fire; the writers count the rest."""
+    outcomes = collections.Counter(
+        (sub.delivery.deliver(pending, watch_member(sub)) if sub.delivery is not None else _offered(sub, pending))
+        for sub in told
+    )
+    if written := outcomes[Outcome.WRITTEN]:
+        metrics.notifications_sent.labels(pending.strategy).inc(written)
+    if missing := outcomes[Outcome.NO_STREAM]:
+        metrics.notifications_dropped.labels(pending.strategy).inc(missing)
+    return len(told) - outcomes[Outcome.CLOSED]
+
+
+def _offered(sub: Subscriber, pending: Pending) -> Outcome:
+    return Outcome.QUEUED if sub.outbox.offer_pending(pending) else Outcome.CLOSED

@@ -16,9 +16,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from mcpg_gateway import tracing
 from mcpg_gateway.fanout import frames
-from mcpg_gateway.fanout.delivery import NOTIFY_SPAN, Writer, attributes
+from mcpg_gateway.fanout.delivery import Writer
 from mcpg_gateway.fanout.streams import Stream
 from mcpg_gateway.fanout.subscribers import Outcome, Pending, Subscriber
 from mcpg_gateway.metrics import Metrics
@@ -55,7 +54,7 @@ class StreamWriter(Writer):
             return Outcome.NO_STREAM
         frame = self._frame(pending, watch)
         if pending.trace is not None:  # spans are recorded (`watchers.fire`)
-            with tracing.span(NOTIFY_SPAN, attributes(self.sub, pending), parent=pending.trace):
+            with self._notify_span(pending):
                 writing = stream.write(frame)
         else:
             writing = stream.write(frame)

@@ -18,7 +18,6 @@ the client listens again for the rest.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import dataclasses
 import logging
@@ -30,9 +29,9 @@ from typing import Any
 from mcpg_gateway import audit, backoff, cancellation, catalog, liveness, tracing
 from mcpg_gateway.contract import config
 from mcpg_gateway.errors import StrategyError, WatchGone
-from mcpg_gateway.fanout import frames, lease, lifetimes, limits
+from mcpg_gateway.fanout import delivery, frames, lease, lifetimes, limits
 from mcpg_gateway.fanout.endings import Ending
-from mcpg_gateway.fanout.subscribers import Outcome, Pending, Subscriber
+from mcpg_gateway.fanout.subscribers import Pending, Subscriber
 from mcpg_gateway.metrics import Metrics
 from mcpg_gateway.strategies import base
 
@@ -211,27 +210,13 @@ class WatchRegistry:
             # provider lookup reads the environment on every call).
             trace = tracing.current() if tracing.enabled() else None
             pending = Pending(uri, strategy, trace, frames.after_meta(uri)) if told else None
-            offered = self._deliver(told, pending) if pending is not None else 0
+            offered = 0 if pending is None else delivery.to_each(told, pending, self._watch_members(uri), self._metrics)
             span.set_attributes({tracing.SUBSCRIBERS: len(subs), tracing.NOTIFIED: offered})
             self._metrics.fired.labels(strategy).inc()
             if len(told) < len(subs):
                 self._metrics.notifications_filtered.labels(strategy).inc(len(subs) - len(told))
             audit.watch_fired(uri, strategy, len(subs))
             return offered
-
-    def _deliver(self, told: list[Subscriber], pending: Pending) -> int:
-        """Write `pending` to each of `told` (`delivery.py`), or offer it to their outboxes; how many were offered
-        it (all but those going away). What was written here is counted here, once for the fire."""
-        watch_member = self._watch_members(pending.uri)
-        outcomes = collections.Counter(
-            (sub.delivery.deliver(pending, watch_member(sub)) if sub.delivery is not None else _offered(sub, pending))
-            for sub in told
-        )
-        if written := outcomes[Outcome.WRITTEN]:
-            self._metrics.notifications_sent.labels(pending.strategy).inc(written)
-        if missing := outcomes[Outcome.NO_STREAM]:
-            self._metrics.notifications_dropped.labels(pending.strategy).inc(missing)
-        return len(told) - outcomes[Outcome.CLOSED]
 
     def stopping(self) -> list[cancellation.Stop[Watcher]]:
         """Watchers asked to stop that are still running (a strategy slow to close, or one abandoned at shutdown)."""
@@ -447,8 +432,3 @@ def build_with(
         return build(spec, ctx)
 
     return builder
-
-
-def _offered(sub: Subscriber, pending: Pending) -> Outcome:
-    """A subscriber without a delivery (stdio, or built outside MCP): its own task reads its outbox."""
-    return Outcome.QUEUED if sub.outbox.offer_pending(pending) else Outcome.CLOSED
