@@ -28,6 +28,7 @@ from mcpg_gateway import mcp_handlers, mcp_requests, public_app
 from mcpg_gateway.contract import check, config, uris
 from mcpg_gateway.gateway import Gateway
 from mcpg_testing import BOUND_S
+from mcpg_testing.asgi import mcp_scope
 from mcpg_testing.configs import gateway_config, watched
 from mcpg_testing.gateways import GatewayFactory, RunningGateway
 from mcpg_testing.watching import until
@@ -240,20 +241,7 @@ async def in_process(raw: dict[str, Any]) -> AsyncIterator[tuple[ASGIApp, Stream
 async def call(app: ASGIApp, headers: list[tuple[bytes, bytes]], body: bytes) -> int:
     """One POST /mcp as an ASGI server would hand it over; the status answered. The connection stays open until
     the response is complete, as a client's would."""
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/mcp",
-        "raw_path": b"/mcp",
-        "root_path": "",
-        "query_string": b"",
-        "headers": [(b"host", b"gw"), *headers],
-        "client": ("127.0.0.1", 40000),
-        "server": ("127.0.0.1", 8080),
-    }
+    scope = mcp_scope("POST", headers)
     incoming: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
     done = asyncio.Event()
     statuses: list[int] = []
