@@ -23,12 +23,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from mcpg_gateway.contract import config, uris
 from mcpg_gateway.metrics import Metrics
 from mcpg_gateway.sdk.protocol import INVALID_PARAMS, INVALID_REQUEST
-from mcpg_gateway.sdk.requests import LAST_EVENT_ID_HEADER, first, parsed
 
 # The SDK's reading of a request's headers, which the gateway's readers take from here (with `of`).
-from mcpg_gateway.sdk.requests import Era as Era
-from mcpg_gateway.sdk.requests import McpRequest as McpRequest
-from mcpg_gateway.sdk.requests import classify as classify
+from mcpg_gateway.sdk.requests import LAST_EVENT_ID_HEADER, Era, McpRequest, classify, first, parsed
 
 SCOPE_KEY = "mcpg.request"
 CONTENT_LENGTH_HEADER = b"content-length"

@@ -23,9 +23,10 @@ from starlette.types import Message
 
 from mcpg_gateway import mcp_requests
 from mcpg_gateway.metrics import Metrics
+from mcpg_gateway.sdk import requests
 from mcpg_testing import BOUND_S
 
-Era = mcp_requests.Era
+Era = requests.Era
 ID, META, INIT = mcp_requests.ID_MAX_BYTES, mcp_requests.META_MAX_BYTES, mcp_requests.INITIALIZE_PARAMS_MAX_BYTES
 VERSION = {
     Era.HANDSHAKE: [(b"mcp-protocol-version", b"2025-11-25")],

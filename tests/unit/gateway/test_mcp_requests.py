@@ -27,6 +27,7 @@ from starlette.types import ASGIApp, Message
 from mcpg_gateway import mcp_handlers, mcp_requests, public_app
 from mcpg_gateway.contract import check, config, uris
 from mcpg_gateway.gateway import Gateway
+from mcpg_gateway.sdk import requests
 from mcpg_testing import BOUND_S
 from mcpg_testing.asgi import mcp_scope
 from mcpg_testing.configs import gateway_config, watched
@@ -149,11 +150,11 @@ async def test_a_request_id_over_256_bytes_of_json_is_refused_naming_the_field(g
     longest = "i" * (mcp_requests.ID_MAX_BYTES - 2)  # and its quotes
     served = await post_modern(gw, "resources/list", modern_request("resources/list", longest))
     assert (served.status_code, served.json()["id"]) == (200, longest)
-    requests: list[tuple[str, dict[str, Any]]] = [
+    methods: list[tuple[str, dict[str, Any]]] = [
         ("resources/list", {}),
         ("subscriptions/listen", {"notifications": {}}),
     ]
-    for method, params in requests:
+    for method, params in methods:
         resp = await post_modern(gw, method, modern_request(method, longest + "i", **params))
         refused(resp, 400, -32600, "the request's id is more than 256 bytes of JSON, the gateway's bound")
     assert gw.gw.fanout.listening == 0
@@ -282,13 +283,13 @@ async def test_the_session_limit_counts_every_session_the_sdk_opens_however_the_
 
 
 def test_a_request_is_classified_as_the_sdk_reads_its_headers_first_field_and_exact_name() -> None:
-    def classified(*headers: tuple[bytes, bytes]) -> mcp_requests.McpRequest:
-        return mcp_requests.classify({"type": "http", "method": "POST", "headers": list(headers)})
+    def classified(*headers: tuple[bytes, bytes]) -> requests.McpRequest:
+        return requests.classify({"type": "http", "method": "POST", "headers": list(headers)})
 
-    handshake, modern = mcp_requests.Era.HANDSHAKE, mcp_requests.Era.MODERN
-    assert classified() == mcp_requests.McpRequest(handshake, None, opens_session=True)
+    handshake, modern = requests.Era.HANDSHAKE, requests.Era.MODERN
+    assert classified() == requests.McpRequest(handshake, None, opens_session=True)
     two = classified((b"mcp-protocol-version", MODERN.encode()), (b"mcp-protocol-version", b"2025-11-25"))
-    assert two == mcp_requests.McpRequest(modern, None, opens_session=False)
+    assert two == requests.McpRequest(modern, None, opens_session=False)
     named = classified((b"mcp-session-id", b"a"), (b"mcp-session-id", b"b"), (b"mcp-protocol-version", b""))
-    assert named == mcp_requests.McpRequest(modern, "a", opens_session=False)  # an empty version is not a known one
-    assert classified((b"mcp-session-id", b"")) == mcp_requests.McpRequest(handshake, "", opens_session=False)
+    assert named == requests.McpRequest(modern, "a", opens_session=False)  # an empty version is not a known one
+    assert classified((b"mcp-session-id", b"")) == requests.McpRequest(handshake, "", opens_session=False)
