@@ -19,9 +19,7 @@ from pydantic.alias_generators import to_camel
 from mcpg_gateway.contract import config
 from mcpg_operator import conditions
 from mcpg_operator import schema_markers as sm
-from mcpg_operator.api_types import DATA_KEY_PATTERN as DATA_KEY_PATTERN
 from mcpg_operator.api_types import NAME_MAX, DataKey, Int32, Int64, ObjectName, Timestamp
-from mcpg_operator.api_types import OBJECT_NAME_PATTERN as OBJECT_NAME_PATTERN
 from mcpg_operator.mirror import described_as, mirrored
 
 GROUP, VERSION = "mcpg.dev", "v1alpha1"

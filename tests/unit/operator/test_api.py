@@ -12,7 +12,7 @@ import pytest
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from mcpg_operator import models
+from mcpg_operator import api_types, models
 from mcpg_testing.manifests import crd_schema
 
 ROOT = Path(__file__).parents[3]
@@ -161,9 +161,9 @@ def test_every_reference_in_the_crds_is_validated_as_a_kubernetes_name() -> None
         for path, ref in refs(spec_schema(kind), kind):
             found.add(path)
             props = ref["properties"]
-            assert (props["name"]["pattern"], props["name"]["maxLength"]) == (models.OBJECT_NAME_PATTERN, 253), path
+            assert (props["name"]["pattern"], props["name"]["maxLength"]) == (api_types.OBJECT_NAME_PATTERN, 253), path
             if "key" in props:
-                assert (props["key"]["pattern"], props["key"]["maxLength"]) == (models.DATA_KEY_PATTERN, 253), path
+                assert (props["key"]["pattern"], props["key"]["maxLength"]) == (api_types.DATA_KEY_PATTERN, 253), path
     covered = {
         f"{kind}." + ".".join(str(p) for p in path[:-1] if not isinstance(p, int)) for kind, _, path in REFERENCES
     }
