@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -21,13 +22,40 @@ class WaitTimeout(TimeoutError):
     """A bounded wait ran out."""
 
 
+# Ports handed out come from below the kernel's ephemeral range (net.ipv4.ip_local_port_range, 32768 and up here)
+# and below the NodePort range (30000-32767, which the Service stand-in binds). A port taken from the ephemeral
+# range by binding port 0 and closing is free again at once: any process binding port 0 before its user binds it
+# can be handed the same port, and the user then dies with "Address already in use" (a gateway pod did, in the
+# end-to-end tier). The kernel never hands out a port from this range, so only callers of this function compete.
+PORTS = range(20_000, 30_000)
+_handed: set[int] = set()
+"""Ports this process handed out: a port is given once, so two pods started a moment apart never share one."""
+_next = [random.randrange(len(PORTS))]  # a start of its own per process: two test processes rarely meet
+
+
 def free_ports(count: int) -> list[int]:
-    """`count` distinct loopback ports that are free now (all held open while the kernel picks)."""
-    with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(count)]
-        for sock in socks:
-            sock.bind(("127.0.0.1", 0))
-        return [int(sock.getsockname()[1]) for sock in socks]
+    """`count` distinct loopback ports that are free now and were never handed out by this process before."""
+    found: list[int] = []
+    for _ in range(len(PORTS)):
+        if len(found) == count:
+            return found
+        port = PORTS[_next[0] % len(PORTS)]
+        _next[0] += 1
+        if port not in _handed and _bindable(port):
+            _handed.add(port)
+            found.append(port)
+    if len(found) == count:
+        return found
+    raise OSError(f"no {count} free ports left in {PORTS.start}-{PORTS.stop - 1}")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def wait_until(check: Callable[[], bool], timeout: float, what: str, interval: float = 0.1) -> None:
