@@ -28,21 +28,20 @@ class WaitTimeout(TimeoutError):
 # can be handed the same port, and the user then dies with "Address already in use" (a gateway pod did, in the
 # end-to-end tier). The kernel never hands out a port from this range, so only callers of this function compete.
 PORTS = range(20_000, 30_000)
-_handed: set[int] = set()
-"""Ports this process handed out: a port is given once, so two pods started a moment apart never share one."""
-_next = [random.randrange(len(PORTS))]  # a start of its own per process: two test processes rarely meet
+_next = [random.randrange(len(PORTS))]
+"""Where this process goes on walking PORTS: a port is handed out again only once all 10,000 have been, so two
+pods started a moment apart never share one, and each process starts at its own place, so two rarely meet."""
 
 
 def free_ports(count: int) -> list[int]:
-    """`count` distinct loopback ports that are free now and were never handed out by this process before."""
+    """`count` distinct loopback ports that are free now, the next ones along this process's walk of PORTS."""
     found: list[int] = []
     for _ in range(len(PORTS)):
         if len(found) == count:
             return found
         port = PORTS[_next[0] % len(PORTS)]
         _next[0] += 1
-        if port not in _handed and _bindable(port):
-            _handed.add(port)
+        if _bindable(port):
             found.append(port)
     if len(found) == count:
         return found
