@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build, from the Go module proxy, every binary the local control plane needs, and cache them
+# Build, from the Go module proxy, every binary the local cluster needs (the control plane, the
+# real node's kubelet and kube-proxy, CoreDNS, crictl, kubectl, helm, kwok), and cache them
 # outside git. Rebuilds only when a pinned version below changes (a stamp file records them).
 #
 #   MCPG_CACHE   cache root (default ~/.cache/mcpg); binaries land in $MCPG_CACHE/bin
@@ -13,13 +14,15 @@ K8S_VERSION=1.34.2
 ETCD_VERSION=3.6.16
 KWOK_VERSION=0.8.0
 HELM_VERSION=3.22.0
+COREDNS_VERSION=1.14.7
+CRICTL_VERSION=1.34.0
 
 CACHE="${MCPG_CACHE:-$HOME/.cache/mcpg}"
 BIN="$CACHE/bin"
 WORK="$CACHE/build"
 STAMP="$BIN/.versions"
-WANT="k8s=$K8S_VERSION etcd=$ETCD_VERSION kwok=$KWOK_VERSION helm=$HELM_VERSION"
-TOOLS="etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok helm"
+WANT="k8s=$K8S_VERSION etcd=$ETCD_VERSION kwok=$KWOK_VERSION helm=$HELM_VERSION coredns=$COREDNS_VERSION crictl=$CRICTL_VERSION"
+TOOLS="etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy kwok helm coredns crictl"
 
 all_present() {
   for t in $TOOLS; do [[ -x "$BIN/$t" ]] || return 1; done
@@ -61,6 +64,8 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubectl"
+	_ "k8s.io/kubernetes/cmd/kubelet"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
 )
 GO
   local ldf="-s -w -X k8s.io/component-base/version.gitVersion=v$K8S_VERSION"
@@ -69,7 +74,40 @@ GO
   ldf+=" -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor"
   (cd "$dir" && go mod tidy && go build -trimpath -ldflags "$ldf" -o "$BIN/" \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl)
+    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl \
+    k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy)
+}
+
+build_coredns() {
+  # Only the plugins the cluster's Corefile uses: a full build also compiles three cloud SDKs.
+  # The directive order is CoreDNS's own (core/dnsserver/zdirectives.go), restricted to them.
+  local dir="$WORK/coredns-$COREDNS_VERSION"
+  mkdir -p "$dir"
+  printf 'module example.local/corednsbin\n\ngo 1.26.0\n' >"$dir/go.mod"
+  cat >"$dir/main.go" <<'GO'
+package main
+
+import (
+	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/coremain"
+
+	_ "github.com/coredns/coredns/plugin/bind"
+	_ "github.com/coredns/coredns/plugin/cache"
+	_ "github.com/coredns/coredns/plugin/errors"
+	_ "github.com/coredns/coredns/plugin/health"
+	_ "github.com/coredns/coredns/plugin/kubernetes"
+	_ "github.com/coredns/coredns/plugin/log"
+	_ "github.com/coredns/coredns/plugin/ready"
+)
+
+func init() {
+	dnsserver.Directives = []string{"bind", "ready", "health", "errors", "log", "cache", "kubernetes"}
+}
+
+func main() { coremain.Run() }
+GO
+  (cd "$dir" && go get "github.com/coredns/coredns@v$COREDNS_VERSION" && go mod tidy \
+    && go build -trimpath -ldflags "-s -w" -o "$BIN/coredns" .)
 }
 
 build_etcd() {
@@ -104,6 +142,8 @@ build_etcd
 build_installable "sigs.k8s.io/kwok/cmd/kwok@v$KWOK_VERSION"
 export_kwok_stages
 build_installable "helm.sh/helm/v3/cmd/helm@v$HELM_VERSION"
+build_installable "sigs.k8s.io/cri-tools/cmd/crictl@v$CRICTL_VERSION"
+build_coredns
 build_kubernetes
 all_present || { echo "error: a control plane binary is missing after the build" >&2; exit 1; }
 echo "$WANT" >"$STAMP"

@@ -1,7 +1,9 @@
-"""What each control plane component runs with: its flags, the files it reads, and the credentials it trusts.
+"""What each cluster component runs with: its flags, the files it reads, and the credentials it trusts.
 
-Pure builders over a `Layout` (where one control plane's files live) and its `Endpoints` (free loopback ports),
-so `controlplane.py` only starts, waits for and stops processes. The apiserver authenticates static tokens
+Pure builders over a `Layout` (where one cluster's files live) and its `Endpoints` (free ports), so
+`controlplane.py` only starts, waits for and stops processes. The control plane listens on the real node's
+address (`nodeconfig.NODE_IP`): pods reach the API server there, through the `kubernetes` Service. The
+apiserver authenticates static tokens
 (no client certificates: Python needs no cert tooling), one for an admin and one mapped to the Helm chart's
 operator ServiceAccount, so the operator runs under exactly the RBAC the chart grants.
 """
@@ -9,8 +11,6 @@ operator ServiceAccount, so the operator runs under exactly the RBAC the chart g
 from __future__ import annotations
 
 import secrets
-import sys
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,15 +19,19 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from mcpg_testing import runtimes
+from mcpg_testing.nodeconfig import NODE_IP, SERVICE_CIDR, NodeLayout, kubelet_flags
 from mcpg_testing.processes import free_ports
 
-COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "mcpg-kubelet")
-"""In start order: each needs the ones before it. All but the last are binaries `make binaries` builds."""
-KUBELET = "mcpg-kubelet"
-"""The local kubelet (`kubelet.py`): runs the pods of `runtimes.IMAGES` for real, on kwok's node."""
+NODE_COMPONENTS = ("containerd", "kubelet", "kube-proxy", "coredns")
+"""The real node, after the control plane it joins."""
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", *NODE_COMPONENTS)
+"""In start order: each needs the ones before it."""
+HOST_BINARIES = frozenset({"containerd"})
+"""From the host's packages (Debian's containerd, with runc and the CNI plugins); the others `make binaries` builds."""
 KWOK_STAGES = "kwok-stages.yaml"  # written next to the binaries by hack/build-control-plane.sh
-NODE_NAME = "kwok-node-0"
+KWOK_NODE = "kwok-node-0"
+"""kwok's fake node, for scale scenarios: tainted, so only a pod that tolerates the taint is scheduled there."""
+KWOK_TAINT = {"key": "kwok.x-k8s.io/node", "value": "fake", "effect": "NoSchedule"}
 OPERATOR_USER = "system:serviceaccount:mcpg-system:mcpg-operator"
 OPERATOR_GROUPS = ("system:serviceaccounts", "system:serviceaccounts:mcpg-system")
 CONTROLLERS = (
@@ -35,23 +39,28 @@ CONTROLLERS = (
     "replicaset-controller",
     "garbage-collector-controller",
     "namespace-controller",
-    # EndpointSlices from pod readiness: what the local kubelet's Service stand-in forwards to.
+    # EndpointSlices from pod readiness: what kube-proxy programs.
     "endpointslice-controller",
+    # Each namespace's `default` ServiceAccount and the `kube-root-ca.crt` ConfigMap: what a pod's projected
+    # service account volume needs (the operator's pods talk to the API with it).
+    "serviceaccount-controller",
+    "root-ca-certificate-publisher-controller",
 )
 
 
 @dataclass(frozen=True, slots=True)
 class Endpoints:
-    """The loopback ports of one control plane."""
+    """The ports of one cluster: etcd and CoreDNS's readiness on loopback, the API server on the node IP."""
 
     etcd_client: int
     etcd_peer: int
     apiserver: int
+    dns_ready: int
 
     @classmethod
     def pick(cls) -> Endpoints:
-        client, peer, apiserver = free_ports(3)
-        return cls(client, peer, apiserver)
+        client, peer, apiserver, dns_ready = free_ports(4)
+        return cls(client, peer, apiserver, dns_ready)
 
     @property
     def etcd_url(self) -> str:
@@ -59,7 +68,7 @@ class Endpoints:
 
     @property
     def server(self) -> str:
-        return f"https://127.0.0.1:{self.apiserver}"
+        return f"https://{NODE_IP}:{self.apiserver}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,49 +110,26 @@ class Layout:
         return self.state_dir / "kubectl-cache"
 
     @property
-    def kwok_stages(self) -> Path:
-        """kwok's stages as `kwok_stages` rewrites them (the cached defaults, minus the local images' pods)."""
-        return self.state_dir / KWOK_STAGES
-
-    @property
-    def services(self) -> Path:
-        """The local kubelet's record of each Service port's loopback port, by port name and by number."""
-        return self.state_dir / "services.json"
-
-    @property
-    def pods(self) -> Path:
-        """The local kubelet's record of the pods it runs: host ports, pod IP, PID, log file, pod directory, and
-        the Service addresses each launch mapped."""
-        return self.state_dir / "pods.json"
-
-    @property
-    def pod_dirs(self) -> Path:
-        """Where the local kubelet writes each pod's volumes (Secret data included); removed with the data."""
-        return self.state_dir / "pods"
-
-    @property
-    def kubelet_ready(self) -> Path:
-        return self.state_dir / "kubelet.ready"
+    def node(self) -> NodeLayout:
+        """The real node's files (containerd's root, the kubelet's, the pods' logs): short paths for its sockets."""
+        return NodeLayout(self.state_dir / "node")
 
 
 def argv(component: str, layout: Layout, endpoints: Endpoints) -> list[str]:
     """The command line of `component` (one of COMPONENTS)."""
-    if component == KUBELET:
-        state = ["--state", str(layout.state_dir), "--node", NODE_NAME]
-        return [sys.executable, "-m", "mcpg_testing.kubelet", "--kubeconfig", str(layout.kubeconfig), *state]
-    return [str(layout.bin_dir / component), *flags(component, layout, endpoints)]
-
-
-def flags(component: str, layout: Layout, endpoints: Endpoints) -> list[str]:
-    """The command-line flags of `component` (one of the binaries in COMPONENTS)."""
+    binary = component if component in HOST_BINARIES else str(layout.bin_dir / component)
     builders = {
         "etcd": _etcd_flags,
         "kube-apiserver": _apiserver_flags,
         "kube-controller-manager": _controller_manager_flags,
         "kube-scheduler": _scheduler_flags,
         "kwok": _kwok_flags,
+        "containerd": _containerd_flags,
+        "kubelet": _kubelet_flags,
+        "kube-proxy": _kube_proxy_flags,
+        "coredns": _coredns_flags,
     }
-    return builders[component](layout, endpoints)
+    return [binary, *builders[component](layout, endpoints)]
 
 
 def _etcd_flags(layout: Layout, endpoints: Endpoints) -> list[str]:
@@ -165,22 +151,26 @@ def _apiserver_flags(layout: Layout, endpoints: Endpoints) -> list[str]:
     pki = layout.pki
     return [
         f"--etcd-servers={endpoints.etcd_url}",
-        "--bind-address=127.0.0.1",
-        "--advertise-address=127.0.0.1",
+        f"--bind-address={NODE_IP}",
+        # The `kubernetes` Service's endpoint: how the operator's pods reach the API.
+        f"--advertise-address={NODE_IP}",
         f"--secure-port={endpoints.apiserver}",
-        # Endpoints may not hold a loopback IP, and nothing in the cluster dials the API
-        "--endpoint-reconciler-type=none",
-        f"--cert-dir={pki / 'serving'}",  # no --tls-cert-file: a self-signed one is generated there
+        "--kubelet-preferred-address-types=InternalIP",  # the node's name resolves nowhere: `kubectl logs`, exec
+        # No --tls-cert-file: a self-signed one is generated there, for the node IP and the Service's names.
+        f"--cert-dir={pki / 'serving'}",
         f"--token-auth-file={pki / 'tokens.csv'}",
         "--authorization-mode=RBAC",
         f"--service-account-issuer={endpoints.server}",
         f"--service-account-key-file={pki / 'sa.pub'}",
         f"--service-account-signing-key-file={pki / 'sa.key'}",
-        "--service-cluster-ip-range=10.0.0.0/24",
+        f"--service-cluster-ip-range={SERVICE_CIDR}",
         "--allow-privileged=true",
-        # ServiceAccount: pods need no SA object or token here. TaintNodesByCondition: its
-        # not-ready taint on new nodes is only lifted by the node-lifecycle controller, not run here.
-        "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+        # TaintNodesByCondition: its not-ready taint on new nodes is only lifted by the node-lifecycle controller,
+        # not run here.
+        "--disable-admission-plugins=TaintNodesByCondition",
+        # A namespace may put its pods on kwok's fake node (`installation.on_kwok`): the node selector and the
+        # toleration of kwok's taint come from its annotations, so no rendered workload needs changing.
+        "--enable-admission-plugins=PodNodeSelector,PodTolerationRestriction",
         "--profiling=false",
     ]
 
@@ -191,6 +181,8 @@ def _controller_manager_flags(layout: Layout, endpoints: Endpoints) -> list[str]
         "--leader-elect=false",
         "--secure-port=0",
         f"--controllers={','.join(CONTROLLERS)}",
+        # What pods trust the API server by (kube-root-ca.crt): its self-signed certificate, CA included.
+        f"--root-ca-file={layout.pki / 'serving' / 'apiserver.crt'}",
     ]
 
 
@@ -203,36 +195,31 @@ def _kwok_flags(layout: Layout, endpoints: Endpoints) -> list[str]:
         f"--kubeconfig={layout.kubeconfig}",
         # the default stages kwokctl would pass (Ready node, Running/Ready pods, deletion);
         # also keeps the user's ~/.kwok/kwok.yaml out
-        f"--config={layout.kwok_stages}",
+        f"--config={layout.bin_dir / KWOK_STAGES}",
         "--manage-all-nodes=false",
         "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
         "--manage-nodes-with-label-selector=",
         "--manage-single-node=",
-        "--cidr=10.0.0.0/24",
-        "--node-ip=10.0.0.1",
+        "--cidr=10.245.0.0/16",  # fake addresses, apart from the real node's pods and the Services
+        "--node-ip=10.245.0.1",
         "--node-lease-duration-seconds=40",
     ]
 
 
-IMAGE_QUERY = ".spec.containers.[0].image"
-"""The image kwok's stages test: the first container's, the one the local kubelet decides by."""
+def _containerd_flags(layout: Layout, endpoints: Endpoints) -> list[str]:
+    return [f"--config={layout.node.containerd_config}", "--log-level=warn"]
 
 
-def kwok_stages(defaults: str, local_images: Sequence[str], local_repositories: Sequence[str] = ()) -> str:
-    """kwok's default stages with every Pod stage limited to pods whose image the local kubelet does not run:
-    neither one of `local_images` (exact references) nor any tag of `local_repositories` (`runtimes.repository`
-    rules, written in jq: kwok's selector keys are jq expressions).
+def _kubelet_flags(layout: Layout, endpoints: Endpoints) -> list[str]:
+    return kubelet_flags(layout.node, layout.kubeconfig)
 
-    kwok would otherwise mark those pods Running and Ready (and delete them) as well: two kubelets for one pod.
-    """
-    excluded = [(IMAGE_QUERY, list(local_images)), (runtimes.repository_query(IMAGE_QUERY), list(local_repositories))]
-    docs = [d for d in yaml.safe_load_all(defaults) if d]
-    for stage in docs:
-        if stage["spec"]["resourceRef"]["kind"] == "Pod":
-            expressions = stage["spec"].setdefault("selector", {}).setdefault("matchExpressions", [])
-            # kwok refuses NotIn with no values; an empty list excludes nothing anyway
-            expressions += [{"key": key, "operator": "NotIn", "values": values} for key, values in excluded if values]
-    return yaml.safe_dump_all(docs, sort_keys=False)
+
+def _kube_proxy_flags(layout: Layout, endpoints: Endpoints) -> list[str]:
+    return [f"--config={layout.node.kube_proxy_config}", "--v=1"]
+
+
+def _coredns_flags(layout: Layout, endpoints: Endpoints) -> list[str]:
+    return ["-conf", str(layout.node.corefile)]
 
 
 def write_credentials(layout: Layout, endpoints: Endpoints) -> str:
@@ -279,10 +266,11 @@ def fake_node() -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Node",
+        "spec": {"taints": [KWOK_TAINT]},
         "metadata": {
-            "name": NODE_NAME,
+            "name": KWOK_NODE,
             "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
-            "labels": {"kubernetes.io/hostname": NODE_NAME, "kubernetes.io/os": "linux", "type": "kwok"},
+            "labels": {"kubernetes.io/hostname": KWOK_NODE, "kubernetes.io/os": "linux", "type": "kwok"},
         },
         "status": {"allocatable": {"cpu": "32", "memory": "256Gi", "pods": "110"}},
     }
