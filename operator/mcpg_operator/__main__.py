@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import logging
 import signal
+import socket
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -236,10 +237,19 @@ async def _kopf(
 ) -> None:
     """`kopf.operator(...)` as `kopf run --standalone` runs it, split where kopf installs its signal handlers."""
     import kopf
+    from kopf._core.engines.peering import Identity  # kopf's NewType of str; not re-exported
 
     ours = asyncio.all_tasks()  # the caller's tasks (and this one): kopf waits for and stops only its own
+    # An identity of our own: kopf's default asks the password database for the user's name, and the image's
+    # uid 65532 has no entry there (the first run of the image as a pod died of `getpwuid(): uid not found`).
+    identity = Identity(config.leader_election.identity or socket.gethostname())
     tasks = await kopf.spawn_tasks(
-        standalone=True, stop_flag=stop, ready_flag=started, memo=memo, **kopf_scope(opts, config.watch_namespaces)
+        standalone=True,
+        stop_flag=stop,
+        ready_flag=started,
+        memo=memo,
+        identity=identity,
+        **kopf_scope(opts, config.watch_namespaces),
     )
     _on_signals(on_signal)  # kopf's replaced ours: a SIGTERM must still reach the caller, who stops kopf
     await kopf.run_tasks(tasks, ignored=ours)
