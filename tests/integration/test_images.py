@@ -10,7 +10,6 @@ real control plane. Only the clients and kubectl run from the dev venv.
 
 from __future__ import annotations
 
-import base64
 import importlib.metadata
 import json
 import re
@@ -19,17 +18,14 @@ import subprocess
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx2
 import pytest
-import yaml
 from packaging.requirements import Requirement
 from packaging.utils import NormalizedName, canonicalize_name
 
-from mcpg_testing import images, programs
+from mcpg_testing import images, oci, programs
 from mcpg_testing.clients import legacy_client, listen_client, subscribe
-from mcpg_testing.controlplane import ControlPlane
 from mcpg_testing.images import ImageEnv
 
 pytest_plugins = ["mcpg_testing.fixtures"]  # the image envs, the control plane and the operator on it
@@ -173,39 +169,39 @@ def test_the_operator_image_imports_its_handlers(operator_env: ImageEnv, tmp_pat
     assert imported.returncode == 0, imported.stderr
 
 
-def polled_watch(name: str) -> dict[str, Any]:
-    """`examples/manifests/poll.yaml`'s shape with a plain backend URL: no headers, so no Secret to create."""
-    spec = {
-        "name": name,
-        "uri": f"drive://folder/{name}",
-        "mimeType": "application/json",
-        "backend": {"http": {"url": "https://drive.example.invalid/files", "method": "get"}},
-        "watch": {"poll": {"intervalMs": 60000}},
-    }
-    return {"apiVersion": "mcpg.dev/v1alpha1", "kind": "ResourceWatch", "metadata": {"name": name}, "spec": spec}
+# --- the images as built from the Dockerfiles ------------------------------------------------------------------
+
+POD_USER = "65532:65532"
+"""The runAsUser and runAsGroup the operator and the chart render."""
+IMAGE_PROGRAM = {
+    "gateway": ["mcpg-gateway", "--help"],
+    "operator": ["python", "-c", "import mcpg_operator.handlers"],
+}
 
 
-def get(plane: ControlPlane, namespace: str, *what: str) -> Any:
-    return json.loads(plane.kubectl("-n", namespace, "get", *what, "-o", "json").stdout)
+def buildah(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(oci.buildah_command(*args), capture_output=True, text=True, timeout=300, check=False)
 
 
-def test_the_operator_image_reconciles_a_resourcewatch_into_its_gateway(
-    control_plane: ControlPlane, operator: Path, namespace: str
+@pytest.mark.parametrize("component", ["gateway", "operator"])
+def test_each_image_built_from_its_dockerfile_runs_its_program_as_the_pod_user_without_the_others_dependencies(
+    component: str,
 ) -> None:
-    control_plane.kubectl("-n", namespace, "apply", "-f", "-", stdin=yaml.safe_dump(polled_watch("reports")))
+    """The archive the node imports (`mcpg_testing.oci`), its filesystem run by buildah, not by containerd."""
+    [archive] = oci.ensure([component]).values()
+    created = buildah("from", "--quiet", f"docker-archive:{archive}")
+    assert created.returncode == 0, created.stderr
+    container = created.stdout.strip()
+    try:
+        config = json.loads(buildah("inspect", "--type", "container", container).stdout)["OCIv1"]["config"]
+        ran = buildah("run", "--user", POD_USER, container, "--", *IMAGE_PROGRAM[component])
+        probe = "import importlib.util, sys; print([m for m in sys.argv[1:] if importlib.util.find_spec(m)])"
+        found = buildah("run", "--user", POD_USER, container, "--", "python", "-c", probe, *ABSENT[component])
+    finally:
+        buildah("rm", container)
 
-    control_plane.kubectl(
-        "-n", namespace, "wait", "--for=condition=Ready", "resourcewatch/reports", f"--timeout={READY_BOUND}"
-    )
-
-    deployment = get(control_plane, namespace, "deployment", "mcpg-gateway")
-    assert {o["name"] for o in deployment["metadata"]["ownerReferences"]} == {"reports"}
-    assert get(control_plane, namespace, "service", "mcpg-gateway")["spec"]["ports"]
-    assert get(control_plane, namespace, "serviceaccount", "mcpg-gateway")["metadata"]["name"] == "mcpg-gateway"
-    [volume] = [v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == "config"]
-    secret_name = volume["secret"]["secretName"]
-    assert secret_name.startswith("mcpg-gateway-config-")
-    rendered = yaml.safe_load(
-        base64.b64decode(get(control_plane, namespace, "secret", secret_name)["data"]["gateway.yaml"])
-    )
-    assert [r["uri"] for r in rendered["mcp"]["capabilities"]["resources"]] == ["drive://folder/reports"]
+    assert config["User"] == POD_USER
+    assert config["Entrypoint"] == [f"mcpg-{component}"]
+    assert ran.returncode == 0, ran.stderr
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.strip() == "[]", f"the {component} image carries {found.stdout.strip()}"
