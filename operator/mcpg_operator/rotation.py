@@ -124,6 +124,23 @@ def next_retirement(state: TokenState, grace_s: float) -> float | None:
     return min(due) if due else None
 
 
+def drained(state: TokenState, drain_s: float, now: float) -> bool:
+    """The rollout that made every available pod accept `current` completed at least `drain_s` ago.
+
+    A pod the rollout replaced stops counting as available when it starts terminating, but it still answers what
+    the proxies send it until its preStop pause ends: only after that are senders of `current` sure to reach a pod
+    that accepts it.
+    """
+    return state.current_accepted_at is not None and now >= state.current_accepted_at + drain_s
+
+
+def next_drained(state: TokenState, drain_s: float, now: float) -> float | None:
+    """When `drained` turns true, if it is still to come."""
+    if state.current_accepted_at is None or now >= state.current_accepted_at + drain_s:
+        return None
+    return state.current_accepted_at + drain_s
+
+
 def to_json(state: TokenState) -> dict[str, Any]:
     return {
         "current": state.current,

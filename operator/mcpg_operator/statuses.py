@@ -30,6 +30,8 @@ class TokenView:
     not_carried_message: str = ""
     """Why no served watch uses it, when it is not carried."""
     rollout_stalled: Stalled = None
+    draining: bool = False
+    """Every available pod accepts the current token, and the pods the rollout replaced are still draining."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +208,12 @@ def _phase(src: tokens.Source, state: rotation.TokenState, view: TokenView) -> t
     if not view.accepted:
         if view.rollout_stalled is not None:
             return ("Rolling", False, *_stalled_rollout(view.rollout_stalled)[:2])
+        if view.draining:
+            message = (
+                "every available gateway pod accepts the current token; the pods it replaced still answer until "
+                f"their {objects.DRAIN_S} s drain ends"
+            )
+            return "Rolling", False, c.TOKEN_ROTATING, message
         return "Rolling", False, c.TOKEN_ROTATING, "the gateway is rolling out the current token"
     if state.retiring:
         return "Retiring", True, c.RETIRING_OLD_TOKENS, f"{len(state.retiring)} replaced token(s) still accepted"

@@ -34,6 +34,7 @@ from mcpg_operator import (
     bus,
     events,
     gateway_settings,
+    objects,
     observed,
     render,
     rotation,
@@ -96,7 +97,7 @@ def decide(
     promoted = {name: edit.state for name, edit in edits.items()}
     states, plan = _rotate(snap, sources, promoted, defaults, now, wiring)
     rolled_out = _runs(snap.deployment, plan)
-    views = {t.name: _view(snap, t.name, states[t.name], plan, serving) for t in snap.tokens}
+    views = {t.name: _view(snap, t.name, states[t.name], plan, serving, now) for t in snap.tokens}
     entries = [render.entry_hashes(config) if config is not None else None for config in configs]
     status_by_ref, status_writes = _statuses(snap, sources, states, views, plan, entries, now)
     evts = _events(snap, edits, recovered, states, status_by_ref)
@@ -208,7 +209,7 @@ def _after_rollout(
             state = rotation.observe_rollout(state, runs_plan, now)
         else:
             state = rotation.release(state, now)  # no pod can accept it: replaced ones wait for no rollout
-        out[name] = rotation.retire_due(state, sources[name].grace_s, now)
+        out[name] = rotation.retire_due(state, _retirement_wait(sources[name]), now)
     return out
 
 
@@ -218,19 +219,33 @@ def _view(
     state: rotation.TokenState,
     plan: render.Plan,
     serving: list[dict[str, frozenset[str]] | None],
+    now: float,
 ) -> statuses.TokenView:
-    """What a WebhookToken's status reports besides its own state: is its current token really accepted?"""
+    """What a WebhookToken's status reports besides its own state: is its current token really accepted?
+
+    Accepted once every available pod accepts it and the pods the rollout replaced have drained: until their
+    preStop pause ends they still answer what the proxies send them (kube-proxy follows the endpoints within a
+    second or so), and a sender told to switch must not meet one of them.
+    """
     users = [rw for rw in snap.watches if _token_ref(rw) == webhook_token]
     carried = state.current is not None and state.current in render.rendered_tokens(plan.config)
-    accepted = (
+    everywhere = (
         state.current is not None
         and bool(serving)
         and all(by_entry is not None and any(state.current in ts for ts in by_entry.values()) for by_entry in serving)
     )
+    drained = rotation.drained(state, objects.DRAIN_S, now)
+    accepted = everywhere and drained
     why = "; ".join(f"ResourceWatch {rw.name}: {plan.verdicts[rw.name].reason}" for rw in users)
     unused = f"no ResourceWatch the gateway serves uses this token ({why or 'none refers to it'})"
     stalled = snap.deployment.stalled if snap.deployment is not None else None
-    return statuses.TokenView(accepted=accepted, carried=carried, not_carried_message=unused, rollout_stalled=stalled)
+    return statuses.TokenView(
+        accepted=accepted,
+        carried=carried,
+        not_carried_message=unused,
+        rollout_stalled=stalled,
+        draining=everywhere and not drained,
+    )
 
 
 def _state_writes(snap: observed.Snapshot, states: States) -> list[w.Write]:
@@ -242,8 +257,15 @@ def _state_writes(snap: observed.Snapshot, states: States) -> list[w.Write]:
     return out
 
 
+def _retirement_wait(source: tokens.Source) -> float:
+    """From the rollout carrying a replacement to the retirement of what it replaced: the replaced pods' drain
+    (the replacement is reported accepted only then, `_view`), then the grace period senders have to switch."""
+    return objects.DRAIN_S + source.grace_s
+
+
 def _next_check(states: States, sources: dict[str, tokens.Source], now: float) -> float | None:
-    due = [rotation.next_retirement(state, sources[name].grace_s) for name, state in states.items()]
+    due = [rotation.next_retirement(state, _retirement_wait(sources[name])) for name, state in states.items()]
+    due += [rotation.next_drained(state, objects.DRAIN_S, now) for state in states.values()]
     waits = [max(0.0, at - now) for at in due if at is not None]
     return min(waits) if waits else None
 

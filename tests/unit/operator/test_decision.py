@@ -66,6 +66,8 @@ def running(config_hash: str, complete: bool = True) -> observed.Deployment:
 
 
 MID_ROTATION = TokenState(current="new", retiring=(Retiring("old", 1.0),))
+ROLLED_OUT = TokenState(current="new", current_accepted_at=NOW, retiring=(Retiring("old", 1.0, NOW),))
+"""MID_ROTATION once the rollout carrying `new` completed, at NOW: `old` is kept while the replaced pods drain."""
 
 
 def test_one_snapshot_always_gives_the_same_decision() -> None:
@@ -80,12 +82,15 @@ def test_the_rollout_counts_only_when_the_deployment_runs_exactly_the_rendered_c
         decided = decision.decide(snapshot(MID_ROTATION, deployment=deployment), DEFAULTS, NOW, never)
         assert decided.states["tok"] == MID_ROTATION
     decided = decision.decide(snapshot(MID_ROTATION, deployment=running(rendered)), DEFAULTS, NOW, never)
-    assert decided.states["tok"] == TokenState(current="new", current_accepted_at=NOW)
+    assert decided.states["tok"] == ROLLED_OUT
 
 
 def test_a_retirement_renders_again_and_only_the_final_configuration_is_applied() -> None:
-    rendered = decision.decide(snapshot(MID_ROTATION), DEFAULTS, NOW, never).plan.hash
-    decided = decision.decide(snapshot(MID_ROTATION, deployment=running(rendered)), DEFAULTS, NOW, never)
+    rendered = decision.decide(snapshot(ROLLED_OUT), DEFAULTS, NOW, never).plan
+    assert render.rendered_tokens(rendered.config) == {"new", "old"}
+    drained = NOW + objects.DRAIN_S  # the pods the rollout carrying `new` replaced have drained (grace 0)
+    decided = decision.decide(snapshot(ROLLED_OUT, deployment=running(rendered.hash)), DEFAULTS, drained, never)
+    assert decided.states["tok"] == TokenState(current="new", current_accepted_at=NOW)
     assert render.rendered_tokens(decided.plan.config) == {"new"}
     [deployment] = [x for x in decided.writes if isinstance(x, w.ApplyObject) and x.ref.plural == "deployments"]
     assert deployment.body["spec"]["template"]["metadata"]["annotations"][objects.HASH_ANNOTATION] == decided.plan.hash

@@ -12,6 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from mcpg_operator import conditions, metrics, render
+from mcpg_operator.objects import DRAIN_S
 from mcpg_operator.reconcile.run import Outcome
 from mcpg_operator.scheduler import Scheduler
 from mcpg_testing.fake_kube import FakeKube
@@ -56,6 +57,8 @@ async def served_webhook(kube: FakeKube, clock: Clock, recorder: metrics.Metrics
     kube.set_secret(NS, "tok-secret", token=OLD)
     kube.put(resourcewatch())
     await settled(kube, clock, recorder)
+    clock.now += DRAIN_S  # the token is accepted once the pods the first rollout replaced have drained
+    await settled(kube, clock, recorder)
 
 
 # --- the rotation, the rollouts and the watches, from reconcile passes ---------------------------------------
@@ -74,6 +77,11 @@ async def test_a_rotation_shows_as_promoted_retiring_then_retired(
     assert value(recorder, "mcpg_operator_webhooktokens", phase="Rolling") == 1
     assert value(recorder, "mcpg_operator_webhooktokens", phase="Ready") == 0
     kube.complete_rollout(NS)
+    await counted(kube, clock, recorder)
+    assert value(recorder, "mcpg_operator_token_transitions_total", transition="retired") == 0
+    assert value(recorder, "mcpg_operator_tokens_retiring") == 1  # while the replaced pods drain
+    assert value(recorder, "mcpg_operator_webhooktokens", phase="Rolling") == 1
+    clock.now += DRAIN_S
     await counted(kube, clock, recorder)
     assert value(recorder, "mcpg_operator_token_transitions_total", transition="retired") == 1
     assert value(recorder, "mcpg_operator_tokens_retiring") == 0

@@ -45,8 +45,14 @@ async def test_a_replaced_token_is_retired_only_after_the_rollout_carrying_its_r
         assert state(kube).tokens() == ["new", "old"]
     kube.complete_rollout(NS)
     await run(kube, clock)
+    completed = clock.now
+    assert state(kube).current_accepted_at == completed
+    assert state(kube).tokens() == ["new", "old"]  # the pods that rollout replaced still drain
+    assert template_tokens(kube) == {"new", "old"}
+    clock.now += objects.DRAIN_S
+    await run(kube, clock)
     assert template_tokens(kube) == {"new"}
-    assert state(kube) == TokenState(current="new", current_accepted_at=clock.now)
+    assert state(kube) == TokenState(current="new", current_accepted_at=completed)
 
 
 async def test_a_grace_period_keeps_the_old_token_after_the_rollout_and_asks_to_be_woken_when_it_ends(
@@ -59,13 +65,62 @@ async def test_a_grace_period_keeps_the_old_token_after_the_rollout_and_asks_to_
     kube.complete_rollout(NS)
     outcome = await run(kube, clock)
     assert template_tokens(kube) == {"new", "old"}
-    assert outcome.next_check_s == 60
+    assert outcome.next_check_s == objects.DRAIN_S  # first the replaced pods drain, and `new` is accepted...
+    clock.now += objects.DRAIN_S
+    outcome = await run(kube, clock)
+    assert template_tokens(kube) == {"new", "old"}
+    assert outcome.next_check_s == 60  # ...then the grace period, counted from that acceptance
     clock.now += 59
     assert (await run(kube, clock)).next_check_s == 1
     assert template_tokens(kube) == {"new", "old"}
     clock.now += 1
     await run(kube, clock)
     assert template_tokens(kube) == {"new"}
+
+
+@pytest.mark.parametrize("grace", [0, 30])
+async def test_the_old_token_is_carried_until_the_drain_and_the_grace_period_after_the_rollout_have_passed(
+    kube: FakeKube, clock: Clock, grace: int
+) -> None:
+    await rotated(kube, clock, grace=grace)
+    await run(kube, clock)
+    kube.complete_rollout(NS)
+    await run(kube, clock)
+    completed = clock.now
+    clock.now = completed + objects.DRAIN_S + grace - 0.5
+    await run(kube, clock)
+    assert template_tokens(kube) == {"new", "old"}
+    assert state(kube).tokens() == ["new", "old"]
+    clock.now = completed + objects.DRAIN_S + grace
+    await run(kube, clock)
+    assert template_tokens(kube) == {"new"}
+    assert state(kube).tokens() == ["new"]
+
+
+@pytest.mark.parametrize("grace", [0, 30])
+async def test_a_rotation_posts_promoted_accepted_then_retired_whatever_the_grace_period(
+    kube: FakeKube, clock: Clock, grace: int
+) -> None:
+    await rotated(kube, clock, grace=grace)
+    kube.writes.clear()
+    await run(kube, clock)
+    kube.complete_rollout(NS)
+    await run(kube, clock)
+    assert token_events(kube.writes) == ["TokenPromoted"]  # not accepted while the replaced pods drain
+    completed = clock.now
+    clock.now = completed + objects.DRAIN_S
+    await run(kube, clock)
+    # With no grace period, the pass that reports `new` accepted also retires `old`: still in that order.
+    assert token_events(kube.writes) == ["TokenPromoted", "TokenAccepted", *(["TokenRetired"] if grace == 0 else [])]
+    clock.now = completed + objects.DRAIN_S + grace
+    await run(kube, clock)
+    kube.complete_rollout(NS)
+    await run(kube, clock)
+    assert token_events(kube.writes) == ["TokenPromoted", "TokenAccepted", "TokenRetired"]
+
+
+def token_events(calls: list[Call]) -> list[str]:
+    return [r for r in event_reasons(calls) if r.startswith("Token")]
 
 
 async def test_a_rollout_of_an_older_configuration_accepts_nothing(kube: FakeKube, clock: Clock) -> None:
@@ -98,6 +153,7 @@ async def test_a_token_rendered_for_a_watch_refused_for_its_auth_config_still_wa
 
 
 async def test_a_token_no_rendered_watch_uses_is_retired_without_a_rollout(kube: FakeKube, clock: Clock) -> None:
+    kube.set_secret(NS, "mcpg-gateway-auth", **{"auth.yaml": "anonymous: {enabled: true}\n"})  # no recheck sooner
     kube.put(webhooktoken())
     kube.set_secret(NS, "tok-secret", token="old")
     kube.put(resourcewatch(token=None))  # a poll watch: no gateway pod needs the token
@@ -105,10 +161,17 @@ async def test_a_token_no_rendered_watch_uses_is_retired_without_a_rollout(kube:
     kube.set_secret(NS, "tok-secret", token="new")
     kube.writes.clear()
     await run(kube, clock)
+    assert state(kube).tokens() == ["new", "old"]
+    assert state(kube).current_accepted_at is None
+    # No rollout to wait for: the replaced token waits only the drain and the grace period (0) from now on.
+    assert (await run(kube, clock)).next_check_s == objects.DRAIN_S
+    clock.now += objects.DRAIN_S
+    await run(kube, clock)
     assert state(kube) == TokenState(current="new")
     # No pod can accept a token no served watch uses, so it is never reported accepted.
     assert condition(kube, "webhooktokens", "tok", "TokenAccepted") == ("False", "NotServed")
     assert event_reasons(kube.writes) == ["TokenPromoted", "TokenRetired"]
+    assert [c for c in kube.writes if c.path.endswith(f"/deployments/{objects.NAME}")] == []
 
 
 # --- the order of writes -------------------------------------------------------------------------------------
@@ -123,6 +186,8 @@ async def test_rotation_state_is_written_before_the_deployment_changes(kube: Fak
         deployment = index(kube.writes, "apply", f"/deployments/{objects.NAME}")
         assert index(kube.writes, "apply", state_secret) < deployment, step
         kube.complete_rollout(NS)
+        await run(kube, clock)  # sees the rollout complete: the replaced pods drain before anything is retired
+        clock.now += objects.DRAIN_S
 
 
 async def test_a_configuration_secret_is_collected_only_once_no_replicaset_needs_it(
@@ -191,8 +256,14 @@ async def test_events_are_posted_once_per_transition_however_many_passes_run(kub
     for _ in range(3):
         kube.complete_rollout(NS)
         await run(kube, clock)
-    # The watch reports being served once, when its first rollout completes (the token's own rollouts are not its).
-    assert event_reasons(kube.writes) == ["TokenPromoted", "TokenAccepted", "TokenRetired", "Served"]
+    # The watch is served again once per completed rollout; `new` waits for the replaced pods to drain.
+    assert event_reasons(kube.writes) == ["TokenPromoted", "Served"]
+    # They have: `new` is accepted and (grace 0) `old` retired, which rolls the gateway again.
+    clock.now += objects.DRAIN_S
+    for _ in range(3):
+        kube.complete_rollout(NS)
+        await run(kube, clock)
+    assert event_reasons(kube.writes) == ["TokenPromoted", "Served", "TokenAccepted", "TokenRetired", "Served"]
 
 
 def _header() -> dict[str, Any]:

@@ -13,6 +13,7 @@ import tracemalloc
 from typing import Any
 
 from mcpg_operator import tokens
+from mcpg_operator.objects import DRAIN_S
 from mcpg_operator.reconcile import read, references
 from mcpg_testing.fake_kube import FakeKube
 from mcpg_testing.namespace import NS, Clock, ready, resourcewatch, run, settle, webhooktoken
@@ -196,6 +197,8 @@ async def test_a_secret_created_after_its_webhooktoken_is_used_and_labelled_at_t
     clock.now += outcome.next_check_s
     await settle(kube, clock)
     assert labels(kube, "tok-secret")[references.LABEL] == "true"
+    clock.now += DRAIN_S  # accepted once the pods the rollout replaced have drained
+    await settle(kube, clock)
     assert ready(kube, "webhooktokens", "tok") == ("True", "RolledOut")
     assert ready(kube, "resourcewatches", "hook") == ("True", "Served")
     assert (await run(kube, clock)).next_check_s is None

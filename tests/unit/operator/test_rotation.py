@@ -62,6 +62,52 @@ def test_a_grace_period_keeps_the_old_token_until_it_has_passed() -> None:
     assert rotation.retire_due(state, 60, now=65).tokens() == ["b"]
 
 
+# --- the pods a rollout replaced drain before its token counts as accepted ------------------------------------
+# `drain_s` is a parameter here (the operator passes objects.DRAIN_S): 7 s makes the arithmetic visible.
+
+DRAIN = 7.0
+
+
+def rolled_out_at(now: float) -> TokenState:
+    """`b` replaced `a`, and the pass at `now` saw the rollout carrying `b` complete."""
+    return rotation.observe_rollout(promote(TokenState(current="a"), "b"), True, now)
+
+
+@pytest.mark.parametrize(
+    "state",
+    [TokenState(), promote(TokenState(current="a"), "b", 1), rotation.release(rolled_out_at(10), 11)],
+    ids=["no current token", "not rolled out yet", "no pod can carry it"],
+)
+def test_a_token_no_completed_rollout_carries_never_drains_and_asks_for_no_wake_up(state: TokenState) -> None:
+    assert state.current_accepted_at is None
+    for now in (0.0, 10.0, 1e9):
+        assert not rotation.drained(state, DRAIN, now)
+        assert rotation.next_drained(state, DRAIN, now) is None
+
+
+def test_a_rollout_has_drained_once_the_drain_has_passed_since_it_completed() -> None:
+    state = rolled_out_at(10)
+    assert [rotation.drained(state, DRAIN, now) for now in (10, 16.9, 17, 1e9)] == [False, False, True, True]
+
+
+def test_the_wake_up_is_when_the_drain_ends_and_none_once_it_has() -> None:
+    state = rolled_out_at(10)
+    assert [rotation.next_drained(state, DRAIN, now) for now in (10, 16.9, 17, 1e9)] == [17, 17, None, None]
+
+
+def test_the_drain_counts_from_the_first_pass_that_saw_the_rollout_complete() -> None:
+    state = rotation.observe_rollout(rolled_out_at(10), True, now=15)  # a later pass sees it complete again
+    assert state.current_accepted_at == 10
+    assert rotation.drained(state, DRAIN, now=17)
+    assert rotation.next_drained(state, DRAIN, now=15) == 17
+
+
+def test_no_drain_has_drained_as_soon_as_the_rollout_completed() -> None:
+    state = rolled_out_at(10)
+    assert rotation.drained(state, 0, now=10)
+    assert rotation.next_drained(state, 0, now=10) is None
+
+
 def test_an_edit_during_a_rollout_keeps_every_unretired_token() -> None:
     state = promote(promote(TokenState(current="a"), "b", 1), "c", 2)
     assert state.tokens() == ["c", "a", "b"]

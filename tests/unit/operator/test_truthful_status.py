@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 
+from mcpg_operator import conditions as c
 from mcpg_operator import events, observed, tokens
 from mcpg_operator import kube as api
+from mcpg_operator.objects import DRAIN_S
 from mcpg_operator.reconcile import run as reconcile
 from mcpg_operator.rotation import MAX_RETIRING, TokenState
 from mcpg_operator.scheduler import Scheduler
@@ -117,7 +119,52 @@ async def test_a_token_is_accepted_only_once_the_pods_running_it_are_available(k
     assert condition(kube, "webhooktokens", "tok", "TokenAccepted") == ("False", "Rotating")
     kube.complete_rollout(NS)
     await run(kube, clock)
+    clock.now += DRAIN_S  # and the pods it replaced have drained
+    await run(kube, clock)
     assert condition(kube, "webhooktokens", "tok", "TokenAccepted") == ("True", "RolledOut")
+
+
+def token_status(kube: FakeKube) -> dict[str, Any]:
+    status: dict[str, Any] = kube.objects[f"/apis/mcpg.dev/v1alpha1/namespaces/{NS}/webhooktokens/tok"]["status"]
+    return status
+
+
+def accepted_condition(kube: FakeKube) -> tuple[str, str, str]:
+    found = next(x for x in token_status(kube)["conditions"] if x["type"] == "TokenAccepted")
+    return found["status"], found["reason"], found["message"]
+
+
+async def test_a_rotated_token_is_accepted_only_once_the_pods_the_rollout_replaced_have_drained(
+    kube: FakeKube, clock: Clock
+) -> None:
+    # A replaced pod stops counting as available when it starts terminating, yet answers until its preStop pause
+    # ends: a sender told to switch now could still meet one that refuses `new`.
+    kube.set_secret(NS, "mcpg-gateway-auth", **{"auth.yaml": "anonymous: {enabled: true}\n"})  # no recheck sooner
+    await rotated(kube, clock, grace=60)
+    await run(kube, clock)
+    kube.complete_rollout(NS)
+    outcome = await run(kube, clock)
+    completed = clock.now
+    draining = (
+        "every available gateway pod accepts the current token; the pods it replaced still answer until their "
+        f"{DRAIN_S} s drain ends"
+    )
+    rotating = ("False", "Rotating", draining)
+    assert accepted_condition(kube) == rotating
+    assert ready(kube, "webhooktokens", "tok") == ("False", "Rotating")
+    assert token_status(kube)["phase"] == "Rolling"
+    assert "currentAcceptedAt" not in token_status(kube)  # neither `old`'s time nor one not reached yet
+    assert outcome.next_check_s == DRAIN_S
+    clock.now += DRAIN_S - 0.5
+    assert (await run(kube, clock)).next_check_s == 0.5
+    assert accepted_condition(kube) == rotating
+    clock.now += 0.5
+    outcome = await run(kube, clock)
+    assert accepted_condition(kube) == ("True", "RolledOut", "every available gateway pod accepts the current token")
+    assert ready(kube, "webhooktokens", "tok") == ("True", "RetiringOldTokens")
+    assert token_status(kube)["phase"] == "Retiring"  # `old` still has its grace period
+    assert token_status(kube)["currentAcceptedAt"] == c.now_iso(completed)  # when the rollout completed
+    assert outcome.next_check_s == 60
 
 
 # --- 5. deleting the token Secret (or its key) revokes the token -------------------------------------------------
@@ -160,6 +207,8 @@ async def test_a_stuck_rollout_is_reported_stalled_keeps_every_token_and_recover
     assert "ProgressDeadlineExceeded" in event_reasons(kube.writes)
     kube.complete_rollout(NS)  # someone fixed the cause; the controller finished
     await settle(kube, clock)
+    clock.now += DRAIN_S  # the pods it replaced drain: `new` is accepted and `old` retired
+    await settle(kube, clock)
     assert ready(kube, "resourcewatches", "hook") == ("True", "Served")
     assert ready(kube, "webhooktokens", "tok") == ("True", "RolledOut")
     assert template_tokens(kube) == {"new"}
@@ -179,6 +228,9 @@ async def test_a_lost_rotation_state_keeps_every_token_a_running_pod_accepts(kub
     assert template_tokens(kube) == {"new", "old"}
     assert "RotationStateLost" in [r for r, _ in events_about(kube, "tok")]
     kube.complete_rollout(NS)
+    await settle(kube, clock)
+    assert template_tokens(kube) == {"new", "old"}  # the pods that rollout replaced still drain
+    clock.now += DRAIN_S
     await settle(kube, clock)
     assert template_tokens(kube) == {"new"}  # retired as usual once the rollout carrying `new` completed
 

@@ -16,6 +16,7 @@ import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from mcpg_operator.kube import Refused
+from mcpg_operator.objects import DRAIN_S
 from mcpg_operator.reconcile import write
 from mcpg_testing.fake_kube import FakeKube
 from mcpg_testing.namespace import NS, Clock, condition, event_reasons, ready, resourcewatch, run, settle, webhooktoken
@@ -87,6 +88,8 @@ async def test_a_failure_that_repeats_is_reported_once_and_the_next_success_clea
             await run(kube, clock)
     assert [c for c in kube.writes if c.path.endswith("/status") or "/events/" in c.path] == []
     kube.allow(SERVICE)
+    await settle(kube, clock)
+    clock.now += DRAIN_S  # the token is accepted once the pods the rollout replaced have drained
     await settle(kube, clock)
     assert ready(kube, "resourcewatches", "hook") == ("True", "Served")
     assert ready(kube, "webhooktokens", "tok")[0] == "True"
