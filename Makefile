@@ -32,8 +32,12 @@ image-envs: venv ## .venv-operator and .venv-gateway, installed as each image in
 	$(BIN)/python -m mcpg_testing.images operator gateway
 
 .PHONY: binaries
-binaries: ## build (once, then cached in $MCPG_CACHE/bin) the control plane, kubectl and helm
+binaries: ## build (once, then cached in $MCPG_CACHE/bin) the control plane, the node's kubelet, kube-proxy and CoreDNS, crictl, kubectl and helm
 	hack/build-control-plane.sh
+
+.PHONY: node-packages
+node-packages: ## install (as root, once) the Debian packages of the real node and the image builds: containerd, runc, CNI, buildah, ...
+	hack/install-node-packages.sh
 
 .PHONY: lint
 lint: venv ## ruff, formatting, mypy --strict, import-linter's layer contracts, the no-`operator`-package guard, and stale generated CRDs or reference
@@ -57,22 +61,25 @@ test-fuzz: venv ## fuzz tier: Hypothesis properties of every parser of hostile t
 	MCPG_FUZZ_PROFILE=long $(BIN)/pytest tests/fuzz
 
 .PHONY: test-integration
-test-integration: venv binaries image-envs ## integration tier: real PostgreSQL, NATS, HTTP upstreams, the image installs and the benchmark smoke run
+test-integration: venv binaries image-envs node-packages ## integration tier: real PostgreSQL, NATS, HTTP upstreams, the image installs and the benchmark smoke run
 	$(BIN)/pytest tests/integration
 
 .PHONY: test-e2e
-test-e2e: venv binaries image-envs ## end-to-end tier on the local control plane
-	$(BIN)/pytest tests/e2e
+test-e2e: venv binaries image-envs node-packages ## end-to-end tier: the chart installed by helm on a real node, from the images built from the Dockerfiles
+	# Two sessions: the machine holds one real node, and the tests that start a cluster of their own (`own_cluster`)
+	# cannot while the session's cluster holds it.
+	$(BIN)/pytest tests/e2e -m own_cluster
+	$(BIN)/pytest tests/e2e -m "not own_cluster"
 
 .PHONY: test
 test: lint test-unit test-fuzz test-integration test-e2e ## every tier, exactly what CI runs
 
 .PHONY: bench
-bench: venv binaries image-envs ## benchmarks, each figure a ratio to a same-run reference; writes bench/results.json and docs/benchmarks.md
+bench: venv binaries image-envs node-packages ## benchmarks, each figure a ratio to a same-run reference; writes bench/results.json and docs/benchmarks.md
 	$(BIN)/python bench/run.py
 
 .PHONY: cluster-up
-cluster-up: venv binaries image-envs ## start the local control plane (its local kubelet runs gateway pods from .venv-gateway); kubeconfig in .cluster/kubeconfig
+cluster-up: venv binaries node-packages ## start the local cluster (control plane and a real node, with the images built from the Dockerfiles); kubeconfig in .cluster/kubeconfig
 	$(BIN)/python hack/controlplane.py up --state .cluster
 
 .PHONY: cluster-down
@@ -80,5 +87,5 @@ cluster-down: venv ## stop everything cluster-up started
 	$(BIN)/python hack/controlplane.py down --state .cluster
 
 .PHONY: demo
-demo: venv binaries image-envs ## the product end to end on the local control plane
+demo: venv binaries node-packages ## the product end to end: the chart installed by helm on the local cluster
 	$(BIN)/python hack/demo.py

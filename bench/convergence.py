@@ -1,15 +1,16 @@
-"""Scenarios 5 and 6 on the local control plane (`mcpg_testing.controlplane`), with the operator run as tests/e2e
-runs it: from the operator image's environment, as the chart's ServiceAccount. The gateways are rendered with
-the image `mcpg/gateway:local`, the one the control plane runs as real gateway processes (other images stay kwok
-fakes, Ready at once), so the rollouts measured are real ones where the control plane supports it.
+"""Scenarios 5 and 6 on the local cluster (`mcpg_testing.controlplane`: the control plane and its real node), with
+the operator run as a process beside it, from the operator image's environment, as the chart's ServiceAccount
+(each scenario starts its own, with its own settings). The gateways are rendered with the image
+`mcpg/gateway:local`, built from gateway/Dockerfile and imported into the node's runtime, so the rollouts measured
+are of real pods passing their real probes.
 
 5. N ResourceWatches across M namespaces applied at once: time until every one is Ready (reason Served: in its
    namespace's rendered configuration, and the rollout carrying it complete), each namespace's rendered config
    then checked to hold all of its URIs. One gateway replica per namespace (`CONVERGENCE_REPLICAS`), chosen by
-   measurement on the 2-core machines: with 3, each side starts 60 real gateway processes (~1-2 CPU-s each)
-   and the figure is that contention, not the operator (operator 68.9 s against 30.1 s for reference b, 2.28x;
-   the `kubectl apply` of the watches alone took 39.9 s while the pods started); with 1, 19.1 s against 17.2 s
-   (1.11x). Scenario 6 keeps its 3 replicas under an operator of its own.
+   measurement on the 2-core machines (with the gateways then run as host processes): with 3, each side starts 60
+   real gateways (~1-2 CPU-s each) and the figure is that contention, not the operator (operator 68.9 s against
+   30.1 s for reference b, 2.28x; the `kubectl apply` of the watches alone took 39.9 s while the pods started);
+   with 1, 19.1 s against 17.2 s (1.11x). Scenario 6 keeps its 3 replicas under an operator of its own.
    Two references, each a ratio of its own:
    a. "vs kubectl apply of the ResourceWatches": `kubectl apply` of the same objects into namespaces the
       operator does not watch, timed the same way (before the operator starts, so nothing competes). It holds
@@ -39,8 +40,8 @@ fakes, Ready at once), so the rollouts measured are real ones where the control 
    Reference: one `kubectl rollout restart` of the gateway Deployment itself (same pods, image and probes), once
    the operator is stopped so that it cannot react, until it has rolled out: a rotation is at most two such
    rollouts, so this is its floor. Also measured, as the control plane's own floor: the same for a plain
-   `registry.k8s.io/pause:3.10` Deployment of as many replicas, which stays a kwok fake (Ready at once), so no
-   longer a like-for-like reference once the gateways are real processes.
+   `registry.k8s.io/pause:3.10` Deployment of as many replicas put on kwok's fake node (Ready at once, nothing
+   run), so not a like-for-like reference for the real gateway pods.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ import procs
 import yaml
 
 from mcpg_operator.rollout import rollout_complete
-from mcpg_testing import installation, runtimes
+from mcpg_testing import installation, oci
 from mcpg_testing.controlplane import ControlPlane
 from mcpg_testing.programs import OperatorProcess
 
@@ -72,8 +73,8 @@ ROOT = procs.HERE.parent
 BOUND_S = 180.0
 CLEANUP_S = 120.0
 POLL_S = 0.1
-GATEWAY_IMAGE = runtimes.GATEWAY_IMAGE
-"""Run as real gateway processes by the control plane's local kubelet (`mcpg_testing.runtimes`)."""
+GATEWAY_IMAGE = oci.GATEWAY_IMAGE
+"""Built from gateway/Dockerfile and imported into the node's runtime (`mcpg_testing.oci`): never pulled."""
 CONVERGENCE_REPLICAS = 1
 ROTATION_REPLICAS = 3
 GATEWAY = "mcpg-gateway"
@@ -107,11 +108,10 @@ class Api:
 
 @contextlib.contextmanager
 def cluster(workdir: Path) -> Iterator[tuple[ControlPlane, Api, StartOperator]]:
-    """A control plane with the CRDs and the chart's RBAC; operators start on demand, each watching the namespaces
-    and rendering the gateway replicas it is given (both are operator-wide settings), and stop with the cluster
-    at the latest."""
+    """A cluster with the CRDs and the chart's RBAC; operators start on demand, each watching the namespaces and
+    rendering the gateway replicas it is given (both are operator-wide settings), and stop with the cluster at
+    the latest."""
     operator_env = procs.operator_env()
-    procs.gateway_env()  # what the control plane's local kubelet runs `GATEWAY_IMAGE` pods from: built, current
     plane_dir = Path(tempfile.mkdtemp(dir=workdir, prefix="plane-"))
     with ControlPlane(plane_dir, die_with_parent=True) as plane, contextlib.ExitStack() as running:
         installation.install_crds(plane)
@@ -121,6 +121,7 @@ def cluster(workdir: Path) -> Iterator[tuple[ControlPlane, Api, StartOperator]]:
             """Started and live (kopf's liveness endpoint answers)."""
             settings = {
                 "MCPG_GATEWAY_IMAGE": GATEWAY_IMAGE,
+                "MCPG_GATEWAY_IMAGE_PULL_POLICY": "Never",
                 "MCPG_GATEWAY_REPLICAS": str(replicas),
                 "MCPG_WATCH_NAMESPACES": ",".join(watch_namespaces),
                 "POD_NAMESPACE": installation.OPERATOR_NAMESPACE,  # as the chart sets it (the downward API)
@@ -346,7 +347,7 @@ def settled(api: Api, ns: str, replicas: int) -> bool:
 
 
 def pause_rollout_reference(plane: ControlPlane, api: Api, ns: str, reps: int, replicas: int) -> list[float]:
-    """The control plane's own floor: a plain pause Deployment (a kwok fake, Ready at once), restarted."""
+    """The control plane's own floor: a plain pause Deployment on kwok's node (Ready at once), restarted."""
     dep = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -357,7 +358,12 @@ def pause_rollout_reference(plane: ControlPlane, api: Api, ns: str, reps: int, r
             "strategy": {"rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
             "template": {
                 "metadata": {"labels": {"app": "ref"}},
-                "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
+                "spec": {
+                    "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+                    # kwok's node: its label and the toleration of its taint
+                    "nodeSelector": dict(installation.KWOK_NODE_SELECTOR),
+                    "tolerations": installation.KWOK_TOLERATIONS,
+                },
             },
         },
     }

@@ -1,18 +1,20 @@
-"""`make demo`: mcpg end to end on a local control plane, narrated for a newcomer, then torn down.
+"""`make demo`: mcpg end to end on a local cluster, narrated for a newcomer, then torn down.
 
-Control plane up, CRDs and the chart's RBAC installed, the operator running under that identity, a WebhookToken
-and two ResourceWatches (webhook and poll) applied, the gateway Deployment the operator rendered (3 replicas,
-sharing the NATS bus the operator runs) run as real pods by the local kubelet, an MCP client subscribed through
-the gateway's Service, a webhook posted to each pod in turn and a poll change made (the client re-reads each
-resource it is told about and prints the new content), then a token rotated by editing its Secret, its phase shown
-as the operator writes it (Rolling, Retiring, Ready) and the old and new tokens posted through the Service at each
-stage. It ends with the operator's Events in time order and `kubectl get resourcewatches,webhooktokens`.
+Cluster up (the control plane and a real node, the images built from their Dockerfiles and imported into it), mcpg
+installed with `helm install` of `charts/mcpg` as the README's local path does (CRDs, RBAC, the operator's
+Deployment of two replicas from its image), a WebhookToken and two ResourceWatches (webhook and poll) applied, the
+gateway Deployment the operator rendered (3 replicas, sharing the NATS bus the operator runs) rolled out as real
+pods, an MCP client subscribed through the gateway's Service (its ClusterIP), a webhook posted to each pod in turn
+(at its pod IP) and a poll change made (the client re-reads each resource it is told about and prints the new
+content), then a token rotated by editing its Secret, its phase shown as the operator writes it (Rolling,
+Retiring, Ready) and the old and new tokens posted through the Service at each stage. It ends with the operator's
+Events in time order and `kubectl get resourcewatches,webhooktokens`.
 
-The operator's log goes to `.demo/operator.log` (`--log-dir`), kept after the demo; the control plane's component
-and pod logs stay in `.cluster/logs`.
+The operator's log (every replica's) goes to `.demo/operator.log` (`--log-dir`), kept after the demo, with the
+values file helm was given; the cluster's component logs stay in `.cluster/logs` (the pods' logs go with them).
 
-The operator, the gateway pods and `mcpg-subscribe` run from their images' environments (`.venv-operator`,
-`.venv-gateway`: `mcpg_testing.images`), so the demo shows what the images ship, not the dev venv.
+The operator and the gateway run from their images; `mcpg-subscribe` runs on the host from the gateway image's
+environment (`.venv-gateway`: `mcpg_testing.images`), so the demo shows what the images ship, not the dev venv.
 """
 
 from __future__ import annotations
@@ -28,19 +30,21 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx2
 import yaml
 
-from mcpg_testing import images, installation, runtimes
+from mcpg_testing import images, installation, oci, release
 from mcpg_testing.controlplane import ControlPlane, ControlPlaneError
 from mcpg_testing.images import ImageEnv, ImageEnvError
 from mcpg_testing.kubewatch import KubectlWatch
+from mcpg_testing.nodeconfig import NODE_IP
+from mcpg_testing.pods import gateway_pods
 from mcpg_testing.processes import free_ports
-from mcpg_testing.programs import OperatorProcess, Program, ProgramError
+from mcpg_testing.programs import Program, ProgramError
+from mcpg_testing.release import OperatorRelease
 
 ROOT = images.REPO
 STATE = ROOT / ".cluster"
@@ -68,20 +72,35 @@ def show(plane: ControlPlane, *args: str, stdin: str | None = None) -> str:
     return out
 
 
-@dataclass(frozen=True, slots=True)
-class Images:
-    """Where each shipped program runs from."""
-
-    operator: ImageEnv
-    gateway: ImageEnv
+def image_values(reference: str) -> dict[str, str]:
+    """The chart's `image` block for an image imported into the node: never pulled (no registry is reachable)."""
+    repository, _, tag = reference.rpartition(":")
+    return {"repository": repository, "tag": tag, "pullPolicy": "Never"}
 
 
-def install(plane: ControlPlane) -> None:
-    say("Installing the CRDs and the Helm chart's RBAC (helm template | kubectl apply).")
-    show(plane, "apply", "-f", str(installation.CRDS))
+VALUES: dict[str, Any] = {
+    "image": image_values(oci.OPERATOR_IMAGE),
+    "resyncSeconds": 5,
+    # Three gateway replicas: the operator runs a NATS bus for them, so a webhook any pod receives reaches the
+    # subscribers of every pod.
+    "gateway": {"image": image_values(oci.GATEWAY_IMAGE), "replicas": 3},
+}
+"""The values the demo's `helm install` takes: the chart's defaults but for the local images and the replicas."""
+
+
+def install(plane: ControlPlane, operator: OperatorRelease) -> None:
+    say("Installing mcpg with helm, as a user does: the CRDs, the RBAC, the operator's Deployment from its image.")
+    values = operator.workdir / "values.yaml"
+    print(f"$ cat {values}\n{yaml.safe_dump(VALUES, sort_keys=False).rstrip()}", flush=True)
+    print(
+        f"$ helm install {release.RELEASE} charts/mcpg --namespace {installation.OPERATOR_NAMESPACE} "
+        f"--create-namespace --values {values} --wait",
+        flush=True,
+    )
+    operator.install()  # then waits for the Deployment to be Available and one replica to lead
     plane.kubectl("wait", "--for=condition=Established", *installation.CRD_NAMES)
-    print("$ helm template mcpg charts/mcpg | kubectl apply -f -   # its ServiceAccount, ClusterRole and binding")
-    print(installation.install_chart_rbac(plane).rstrip(), flush=True)
+    show(plane, "-n", installation.OPERATOR_NAMESPACE, "get", "deployments,pods", "-l", release.SELECTOR)
+    print(f"    the replica leading (the Lease {release.LEASE}): {operator.leader().pod_name}", flush=True)
 
 
 def watches(upstream_port: int) -> str:
@@ -97,7 +116,7 @@ metadata: {{name: daily-report, namespace: {NS}}}
 spec:
   uri: report://daily
   mimeType: application/json
-  backend: {{http: {{url: "http://127.0.0.1:{upstream_port}/report.json"}}}}
+  backend: {{http: {{url: "http://{NODE_IP}:{upstream_port}/report.json"}}}}
   watch: {{webhook: {{tokenRef: {{name: report-token}}}}}}
 ---
 apiVersion: mcpg.dev/v1alpha1
@@ -106,7 +125,7 @@ metadata: {{name: service-status, namespace: {NS}}}
 spec:
   uri: status://service
   mimeType: application/json
-  backend: {{http: {{url: "http://127.0.0.1:{upstream_port}/status.json"}}}}
+  backend: {{http: {{url: "http://{NODE_IP}:{upstream_port}/status.json"}}}}
   watch: {{poll: {{intervalMs: 10000}}}}
 """
 
@@ -132,31 +151,35 @@ def post(base: str, tok: str) -> int:
     return httpx2.post(f"{base}/webhooks/resource-updated/{tok}", timeout=10).status_code
 
 
-def demo(plane: ControlPlane, envs: Images, logs: Path) -> None:
-    install(plane)
-    say("Starting the operator as the chart's ServiceAccount (exactly the RBAC the chart grants).")
-    # Three gateway replicas: the operator runs a NATS bus for them, so a webhook any pod receives reaches the
-    # subscribers of every pod.
-    settings = {
-        "MCPG_RESYNC_SECONDS": "5",
-        "MCPG_GATEWAY_REPLICAS": "3",
-        "MCPG_GATEWAY_IMAGE": runtimes.GATEWAY_IMAGE,
-        "POD_NAMESPACE": installation.OPERATOR_NAMESPACE,
-        "POD_NAME": "mcpg-operator-demo",
-    }
-    print(f"    {envs.operator.bin_dir / 'mcpg-operator'}   (the operator image's install)", flush=True)
-    print(f"    its log: {logs / 'operator.log'}", flush=True)
+def demo(plane: ControlPlane, gateway: ImageEnv, logs: Path) -> None:
+    operator = OperatorRelease(plane, VALUES, logs)
+    # Checked before anything is installed: the demo uninstalls what it installed, and must not take over a release
+    # a user installed on a `make cluster-up` cluster.
+    if release.RELEASE in operator.helm("list", "-n", installation.OPERATOR_NAMESPACE, "-q").split():
+        raise ControlPlaneError(
+            f"a release {release.RELEASE} is already installed in {installation.OPERATOR_NAMESPACE}: the demo installs "
+            f"its own (helm uninstall {release.RELEASE} -n {installation.OPERATOR_NAMESPACE} first)"
+        )
+    try:
+        install(plane, operator)
+        walk_through(plane, gateway, logs)
+    finally:
+        with contextlib.suppress(ControlPlaneError, OSError):
+            print(f"    the operator's log (every replica's): {operator.log}", flush=True)  # written now
+        operator.uninstall()
+
+
+def walk_through(plane: ControlPlane, gateway: ImageEnv, logs: Path) -> None:
     with contextlib.ExitStack() as stack:
-        operator = OperatorProcess(envs.operator, plane.operator_kubeconfig, logs / "operator.log", settings)
-        stack.enter_context(operator).wait_ready()
         plane.kubectl("create", "namespace", NS, check=False)
         site = logs / "site"
         site.mkdir()
         (site / "report.json").write_text('{"report": "daily", "rows": 42}\n')
         (site / "status.json").write_text('{"status": "green"}\n')
         [port] = free_ports(1)
-        # The upstream is a stand-in for the user's service, not mcpg: the dev venv's interpreter runs it.
-        upstream = [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(site)]
+        # The upstream is a stand-in for the user's service, not mcpg: the dev venv's interpreter runs it, on the
+        # node's address, where the pods reach the host.
+        upstream = [sys.executable, "-m", "http.server", str(port), "--bind", NODE_IP, "--directory", str(site)]
         stack.enter_context(Program(upstream, os.environ))
         client_token = base64.urlsafe_b64encode(os.urandom(24)).decode()
         say(
@@ -165,18 +188,20 @@ def demo(plane: ControlPlane, envs: Images, logs: Path) -> None:
         )
         show(plane, "-n", NS, "apply", "-f", "-", stdin=auth_secret(client_token))
         say(
-            f"An upstream on 127.0.0.1:{port} serves report.json and status.json. "
+            f"An upstream on {NODE_IP}:{port} (the node's address) serves report.json and status.json. "
             "Applying a WebhookToken and two watches:"
         )
         show(plane, "apply", "-f", "-", stdin=watches(port))
         served(plane)
         say(
             "The operator rendered the gateway: a Deployment of 3 replicas, its configuration in a Secret, a Service "
-            "(sessionAffinity ClientIP), and the namespace's bus credentials. The local kubelet runs each pod as a "
-            "real process, Ready once its readiness probe passes."
+            "(sessionAffinity ClientIP), and the namespace's bus credentials. The node runs each pod's container from "
+            "the gateway image, Ready once its readiness probe passes."
         )
         plane.kubectl("-n", NS, "rollout", "status", "deployment/mcpg-gateway", f"--timeout={WAIT_S:.0f}s")
         show(plane, "-n", NS, "get", "resourcewatches,webhooktokens,deployments,pods,services,secrets")
+        print("$ crictl ps   # on the node: the containers of the operator, the gateways and the bus", flush=True)
+        print(plane.crictl("ps").stdout.rstrip(), flush=True)
         say("The bus the gateways share: one NATS server (JetStream) beside the operator, an account per namespace.")
         plane.kubectl(
             "-n",
@@ -196,14 +221,14 @@ def demo(plane: ControlPlane, envs: Images, logs: Path) -> None:
             "app.kubernetes.io/name=mcpg-bus",
         )
         base = plane.service_url(NS, "mcpg-gateway")
-        print(f"    the Service mcpg-gateway (port http) stands in on {base}", flush=True)
+        print(f"    the Service mcpg-gateway (port http) is {base}: its ClusterIP, kube-proxy's rules", flush=True)
         say(
             "An MCP client subscribes to both resources (protocol 2026-07-28, subscriptions/listen) and, told of a "
             "change, re-reads the resource (resources/read):"
         )
-        argv = envs.gateway.command("mcpg-subscribe", f"{base}/mcp", "report://daily", "status://service", "--read")
+        argv = gateway.command("mcpg-subscribe", f"{base}/mcp", "report://daily", "status://service", "--read")
         print(f"$ mcpg-subscribe {base}/mcp report://daily status://service --read --token <client token>")
-        client = stack.enter_context(Program([*argv, "--token", client_token], envs.gateway.environ()))
+        client = stack.enter_context(Program([*argv, "--token", client_token], gateway.environ()))
         print("    " + client.wait_for("listening", 30), flush=True)
         tok = token(plane)
         say(
@@ -300,15 +325,9 @@ def _event_order(event: dict[str, Any]) -> tuple[str, int]:
 
 
 def pods(plane: ControlPlane) -> dict[str, str]:
-    """The demo's running gateway pods -> each one's own address (the local kubelet's record of its host port)."""
-    listed = json.loads(plane.kubectl("-n", NS, "get", "pods", "-o", "json").stdout)["items"]
-    running = {p["metadata"]["name"] for p in listed if not p["metadata"].get("deletionTimestamp")}
-    records = plane.local_pods()
-    return {
-        name: f"http://127.0.0.1:{records[f'{NS}/{name}']['ports']['8080']}"
-        for name in sorted(running)
-        if name.startswith("mcpg-gateway-") and f"{NS}/{name}" in records
-    }
+    """The demo's Ready gateway pods, by name -> each one's own address (its pod IP, reached over the node's
+    bridge)."""
+    return dict(sorted(gateway_pods(plane, NS).items()))
 
 
 def both_tokens(base: str, old: str, new: str, when: str) -> None:
@@ -346,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(logs / "site", ignore_errors=True)
     plane = ControlPlane(STATE)
     try:
-        envs = Images(images.ensure("operator"), images.ensure("gateway"))  # no-ops after `make image-envs`
+        gateway = images.ensure("gateway")  # mcpg-subscribe's; a no-op after `make image-envs`
     except ImageEnvError as e:
         print(f"\ndemo failed: {e}", file=sys.stderr)
         return 1
@@ -355,22 +374,25 @@ def main(argv: list[str] | None = None) -> int:
         say(f"Using the control plane already running in {STATE} (make cluster-up); it stays up afterwards.")
     try:
         if not reuse:
-            say("Starting a local Kubernetes control plane: etcd, kube-apiserver, controller-manager, scheduler,")
-            print("    kwok for one fake node, and a local kubelet that runs the gateway's pods as real", flush=True)
-            print("    processes and stands in for their Services. No Docker, no VM.", flush=True)
+            say("Starting a local Kubernetes cluster: etcd, kube-apiserver, controller-manager, scheduler, kwok")
+            print(
+                "    (a fake node for scale scenarios) and a real node: containerd, the kubelet, kube-proxy and",
+                flush=True,
+            )
+            print("    CoreDNS, with the images built from their Dockerfiles. No Docker, no VM.", flush=True)
             plane.start()
-        demo(plane, envs, logs)
+        demo(plane, gateway, logs)
     except (ControlPlaneError, ProgramError) as e:
         print(f"\ndemo failed: {e}", file=sys.stderr)
         print(f"the operator's log: {logs / 'operator.log'}", file=sys.stderr)
-        print(f"the control plane's and the pods' logs: {plane.logs_dir}", file=sys.stderr)
+        print(f"the cluster's component logs: {plane.logs_dir}", file=sys.stderr)
         return 1
     finally:
         if reuse:
             plane.kubectl("delete", "namespace", NS, "--wait=false", check=False)
         else:
             plane.stop()
-            say(f"Stopped every process the demo started (component and pod logs kept in {plane.logs_dir}).")
+            say(f"Stopped every process the demo started (component logs kept in {plane.logs_dir}).")
     say(f"Demo finished in {time.monotonic() - started:.0f}s. The operator's log: {logs / 'operator.log'}")
     return 0
 

@@ -22,3 +22,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.is_relative_to(HERE):
             item.add_marker(pytest.mark.e2e)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Refuse a session mixing `own_cluster` tests with the others, before anything starts: the machine holds one
+    real node, and the session's cluster would hold it while an `own_cluster` test started its own."""
+    own = [i for i in session.items if i.get_closest_marker("own_cluster")]
+    if own and len(own) < len(session.items):
+        raise pytest.UsageError(
+            f"{len(own)} selected tests start a cluster of their own (marked own_cluster) and the others share the "
+            'session\'s: run them apart, `pytest tests/e2e -m own_cluster` then `-m "not own_cluster"` (make test-e2e)'
+        )

@@ -1,10 +1,12 @@
-"""The gateways' bus, shaped as the operator will render it, runs for real under the local kubelet.
+"""The gateways' bus, shaped as the operator will render it, runs on the real node in its image.
 
-A Deployment `mcpg-bus` of image `nats:2.11-alpine` runs the test venv's nats-server with its config from a
-Secret volume and its JetStream store in an emptyDir, goes Ready through its own monitor port, and its Service
-reaches it: a test connects through `control_plane.service_url(ns, "mcpg-bus", 4222, "nats")`, and a pod through
-`nats://mcpg-bus.<ns>.svc:4222` (the local kubelet's cluster DNS). Written by hand, not by the operator, so the
-kubelet's part is tested on its own. Every wait is bounded and ends on a status or an answer, never a sleep.
+A Deployment `mcpg-bus` of image `nats:2.11-alpine` (the stand-in `mcpg_testing.oci` builds: the release's official
+nats-server, upstream's entrypoint) runs with its config from a Secret volume and its JetStream store in an
+emptyDir, goes Ready through its own monitor port, and its Service reaches it: a test connects to its ClusterIP
+(`control_plane.service_url(ns, "mcpg-bus", 4222, "nats")`, kube-proxy's rules), and a pod names it as
+`nats://mcpg-bus.<ns>.svc:4222`, which cluster DNS resolves to that ClusterIP. Which pod each connection reached
+is read from the kernel's connection tracking (`mcpg_testing.conntrack`). Written by hand, not by the operator,
+so the bus's shape is tested on its own. Every wait is bounded and ends on a status or an answer, never a sleep.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import asyncio
 import json
 import secrets
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -21,15 +23,18 @@ from typing import Any
 import nats
 from nats.aio.client import Client as NATS
 
-from mcpg_testing import runtimes
+from mcpg_testing import installation
+from mcpg_testing.components import KWOK_NODE
+from mcpg_testing.conntrack import ServiceConnections
 from mcpg_testing.controlplane import ControlPlane
-from mcpg_testing.pods import apply, get_pod, is_ready
+from mcpg_testing.nodeconfig import CLUSTER_DOMAIN, NODE_NAME
+from mcpg_testing.oci import NATS_IMAGE
+from mcpg_testing.pods import apply, container_pid, containers, get_pod, is_ready
 from mcpg_testing.processes import pid_alive, wait_until
 
 BOUND_S = 60.0
 USER = "mcpg"
 BUS = "mcpg-bus"
-NATS_IMAGE = "nats:2.11-alpine"
 
 
 def nats_conf(password: str) -> str:
@@ -82,8 +87,8 @@ def bus_manifests(password: str) -> list[dict[str, Any]]:
 def bus_client_pod(namespace: str) -> dict[str, Any]:
     """A pod of the NATS image whose env names the bus by its Service, as gateway pods' MCPG_BUS_URL will.
 
-    Its args are flags only, so the image's entrypoint runs them with nats-server (its own server, on a mapped
-    port): what matters is the environment its process is given.
+    Its args are flags only, so the image's entrypoint runs them with nats-server (its own server, in its own
+    network namespace): what matters is the environment its process is given, and the pod's DNS.
     """
     container = {
         "name": "client",
@@ -96,12 +101,12 @@ def bus_client_pod(namespace: str) -> dict[str, Any]:
 
 
 def never_ready_pod() -> dict[str, Any]:
-    """A NATS pod (the repository spelled out in full) whose readiness probe never passes: kwok's pod stages
-    would make it Ready at once if the jq of `components.kwok_stages` let it through to them."""
+    """A NATS pod whose readiness probe never passes: the real node runs it and keeps it unready; kwok, which
+    makes its own pods Ready at once, must leave it alone."""
     probe = {"httpGet": {"path": "/nowhere", "port": 8222}, "periodSeconds": 1, "failureThreshold": 1}
     container = {
         "name": "nats",
-        "image": "docker.io/library/nats:2.10-alpine",
+        "image": NATS_IMAGE,
         "args": ["--port", "4222", "--http_port", "8222"],
         "ports": [{"containerPort": 4222}, {"containerPort": 8222}],
         "readinessProbe": probe,
@@ -110,26 +115,30 @@ def never_ready_pod() -> dict[str, Any]:
 
 
 def kwok_pod() -> dict[str, Any]:
-    """A pod of another repository with `nats` in its name: kwok's, which makes it Ready without running it."""
+    """A pod of an image the node does not have, put on kwok's fake node (its label, the toleration of its taint):
+    kwok makes it Ready without running anything."""
     container = {"name": "box", "image": "natsio/nats-box:0.14.5"}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "nats-box"}, "spec": {"containers": [container]}}
+    spec = {
+        "containers": [container],
+        "nodeSelector": dict(installation.KWOK_NODE_SELECTOR),
+        "tolerations": installation.KWOK_TOLERATIONS,
+    }
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "nats-box"}, "spec": spec}
 
 
-def waiting(pod: dict[str, Any]) -> dict[str, Any]:
-    statuses = pod.get("status", {}).get("containerStatuses") or [{}]
-    return dict(statuses[0].get("state", {}).get("waiting", {}))
-
-
-def start_bus(plane: ControlPlane, ns: str, password: str) -> tuple[str, dict[str, Any]]:
-    """Apply the bus and wait until its pod is Ready and its Service reaches it; its pod name and kubelet record."""
+def start_bus(plane: ControlPlane, ns: str, password: str) -> dict[str, Any]:
+    """Apply the bus and wait until its pod is Ready and its Service reaches it; the pod, as the API has it."""
     apply(plane, ns, *bus_manifests(password))
     plane.kubectl("-n", ns, "rollout", "status", f"deployment/{BUS}", f"--timeout={BOUND_S:.0f}s")
     wait_until(lambda: ready_endpoints(plane, ns) == 1, BOUND_S, "the bus Service's endpoint to be ready")
-    port = plane.service_port(ns, BUS, 4222)
-    # the API says ready; the stand-in acts on its own watch of the EndpointSlice, a moment later
-    wait_until(lambda: nats_answers(port), BOUND_S, "the bus to answer through its Service stand-in")
-    [(key, record)] = [(k, r) for k, r in plane.local_pods().items() if k.startswith(f"{ns}/{BUS}-")]
-    return key.split("/", 1)[1], record
+    address = plane.service_address(ns, BUS, 4222)
+    # the API says ready; kube-proxy programs the endpoint from its own watch of the EndpointSlice, a moment later
+    wait_until(lambda: nats_answers(address), BOUND_S, "the bus to answer through its Service")
+    listed = json.loads(
+        plane.kubectl("-n", ns, "get", "pods", "-l", f"app.kubernetes.io/name={BUS}", "-o", "json").stdout
+    )
+    [pod] = [p for p in listed["items"] if p["metadata"].get("deletionTimestamp") is None]
+    return dict(pod)
 
 
 def ready_endpoints(plane: ControlPlane, ns: str) -> int:
@@ -138,10 +147,10 @@ def ready_endpoints(plane: ControlPlane, ns: str) -> int:
     return sum(1 for s in slices["items"] for e in s.get("endpoints") or [] if e["conditions"].get("ready"))
 
 
-def nats_answers(port: int) -> bool:
-    """True once a NATS server greets a connection to `port` (the stand-in closes it while nothing is ready)."""
+def nats_answers(address: tuple[str, int]) -> bool:
+    """True once a NATS server greets a connection to `address` (kube-proxy rejects it while nothing is ready)."""
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        with socket.create_connection(address, timeout=5) as sock:
             return sock.makefile("rb").readline().startswith(b"INFO ")
     except OSError:
         return False
@@ -172,72 +181,104 @@ async def key_value_round_trip(url: str, password: str) -> tuple[bytes, bytes]:
         return bytes(entry.value or b""), await pub_sub(client, "mcpg.bus.test")
 
 
-def connections_to(plane: ControlPlane, ns: str) -> set[str]:
-    """The pods the Service stand-in forwarded the bus's connections to."""
-    log = (plane.logs_dir / "service-connections.jsonl").read_text().splitlines()
-    # pod None: a connection refused while no endpoint was ready (start_bus's first knocks)
-    return {e["pod"] for e in map(json.loads, log) if e["service"] == f"{ns}/{BUS}" and e["pod"]}
+def reached(plane: ControlPlane, ns: str, through: Callable[[], None]) -> set[str]:
+    """Run `through` (connections to the bus's Service); the names of the pods kube-proxy sent them to."""
+    with ServiceConnections(*plane.service_address(ns, BUS, 4222)) as connections:
+        through()
+    names = {p["status"].get("podIP"): p["metadata"]["name"] for p in pods_of(plane, ns)}
+    return {names.get(ip, ip) for ip in connections.answered_by().values()}
+
+
+def pods_of(plane: ControlPlane, ns: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = json.loads(plane.kubectl("-n", ns, "get", "pods", "-o", "json").stdout)["items"]
+    return items
+
+
+def empty_dir(plane: ControlPlane, pod: dict[str, Any], volume: str) -> Path:
+    """Where the kubelet keeps the pod's emptyDir `volume` on the node."""
+    return pod_dir(plane, pod) / "volumes" / "kubernetes.io~empty-dir" / volume
+
+
+def pod_dir(plane: ControlPlane, pod: dict[str, Any]) -> Path:
+    return plane.layout.node.kubelet_root / "pods" / str(pod["metadata"]["uid"])
+
+
+def argv0(pid: int) -> str:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0].decode()
 
 
 def test_the_bus_serves_jetstream_and_pub_sub_through_its_service_and_stops_with_its_deployment(
     control_plane: ControlPlane, namespace: str
 ) -> None:
     password = secrets.token_hex(12)
-    pod, record = start_bus(control_plane, namespace, password)
+    bus = start_bus(control_plane, namespace, password)
+    pod = bus["metadata"]["name"]
     url = control_plane.service_url(namespace, BUS, 4222, scheme="nats")
+    pid = container_pid(control_plane, namespace, pod, "nats")
+    program = argv0(pid)
+    results: list[tuple[bytes, bytes]] = []
 
-    value, message = asyncio.run(key_value_round_trip(url, password))
+    answered = reached(
+        control_plane, namespace, lambda: results.append(asyncio.run(key_value_round_trip(url, password)))
+    )
 
-    assert (value, message) == (b"ready", b"hello, gateways")
-    assert connections_to(control_plane, namespace) == {pod}
+    assert results == [(b"ready", b"hello, gateways")]
+    assert answered == {pod}
     # --store_dir /data/jetstream landed in the emptyDir's directory of this pod (nats-server adds `jetstream/`)
-    store = Path(record["dir"]) / "volumes" / "data" / "jetstream"
+    store = empty_dir(control_plane, bus, "data") / "jetstream"
     assert any(path.name == "KV_gateways" for path in store.rglob("*")), sorted(store.rglob("*"))
 
     control_plane.kubectl("-n", namespace, "delete", "deployment", BUS)
     control_plane.kubectl("-n", namespace, "wait", "--for=delete", f"pod/{pod}", f"--timeout={BOUND_S:.0f}s")
-    # the kubelet removes the pod only once its process has exited and been reaped
-    assert not pid_alive(record["pid"], str(runtimes.nats().bin_dir / "nats-server"))
-    assert not Path(record["dir"]).exists()
+    # the kubelet removes the pod only once its container's process has exited and been reaped
+    assert not pid_alive(pid, program)
+    wait_until(lambda: not containers(control_plane, namespace, pod), BOUND_S, "the runtime to remove the containers")
+    wait_until(lambda: not pod_dir(control_plane, bus).exists(), BOUND_S, "the kubelet to remove the pod's volumes")
 
 
-def test_a_pod_naming_the_bus_by_its_service_waits_for_it_then_reaches_it_through_the_stand_in(
+def resolved_in(plane: ControlPlane, ns: str, pod: str, name: str) -> set[str]:
+    """The addresses `name` resolves to in the pod, by its own resolver configuration (busybox's nslookup asks the
+    nameserver of the pod's resolv.conf, the kubelet's cluster DNS)."""
+    out = plane.kubectl("-n", ns, "exec", pod, "--", "nslookup", "-type=a", name, check=False).stdout
+    # `Name: <name>` then `Address: <ip>` per answer; the server's own address comes first, before any Name line
+    answers = out.partition("Name:")[2]
+    return {line.split()[-1] for line in answers.splitlines() if line.strip().startswith("Address")}
+
+
+def test_a_pod_naming_the_bus_by_its_service_is_given_the_name_and_cluster_dns_resolves_it_to_the_bus(
     control_plane: ControlPlane, namespace: str
 ) -> None:
-    address = f"{BUS}.{namespace}.svc:4222"
+    url = f"nats://{BUS}.{namespace}.svc:4222"
     apply(control_plane, namespace, bus_client_pod(namespace), never_ready_pod(), kwok_pod())
-
-    def config_error() -> bool:
-        return waiting(get_pod(control_plane, namespace, "bus-client")).get("reason") == "CreateContainerConfigError"
-
-    wait_until(config_error, BOUND_S, "the client pod to wait for the bus Service")
-    message = waiting(get_pod(control_plane, namespace, "bus-client"))["message"]
-    unknown = f"no Service '{BUS}' in namespace '{namespace}' (cluster DNS: NXDOMAIN)"
-    assert message == f"env MCPG_BUS_URL: {address}: {unknown}"
-
     password = secrets.token_hex(12)
-    bus, _ = start_bus(control_plane, namespace, password)
+    bus = start_bus(control_plane, namespace, password)["metadata"]["name"]
     control_plane.kubectl(
         "-n", namespace, "wait", "--for=condition=Ready", "pod/bus-client", f"--timeout={BOUND_S:.0f}s"
     )
 
-    stand_in = f"127.0.0.1:{control_plane.service_port(namespace, BUS, 4222)}"
-    record = control_plane.local_pods()[f"{namespace}/bus-client"]
-    assert record["services"] == {address: stand_in}
-    environ = Path(f"/proc/{record['pid']}/environ").read_bytes().split(b"\0")
-    assert f"MCPG_BUS_URL=nats://{stand_in}".encode() in environ  # what the process itself was given
+    # What the process itself was given: the URL as written, no address substituted (the pod's DNS resolves it).
+    pid = container_pid(control_plane, namespace, "bus-client", "client")
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    assert f"MCPG_BUS_URL={url}".encode() in environ
+    cluster_ip, port = control_plane.service_address(namespace, BUS, 4222)
+    fqdn = f"{BUS}.{namespace}.svc.{CLUSTER_DOMAIN}"
+    wait_until(lambda: resolved_in(control_plane, namespace, "bus-client", fqdn) == {cluster_ip}, BOUND_S, f"{fqdn}")
 
-    async def through_the_pods_url() -> bytes:
-        async with connected(f"nats://{stand_in}", password) as client:
+    async def through_the_resolved_url() -> bytes:
+        async with connected(f"nats://{cluster_ip}:{port}", password) as client:
             return await pub_sub(client, "mcpg.bus.dns")
 
-    assert asyncio.run(through_the_pods_url()) == b"hello, gateways"
-    assert connections_to(control_plane, namespace) == {bus}
+    messages: list[bytes] = []
+    assert reached(control_plane, namespace, lambda: messages.append(asyncio.run(through_the_resolved_url()))) == {bus}
+    assert messages == [b"hello, gateways"]
 
-    # kwok kept to its own pods: "never-ready" has been running (and failing its 1 s probe) since before the bus
-    # was applied, and kwok makes its pods Ready within a second, as it did "nats-box"
+    # kwok kept to its own node: "never-ready" has been running on the real node (and failing its 1 s probe)
+    # since before the bus was applied, and kwok makes its pods Ready within a second, as it did "nats-box"
     control_plane.kubectl("-n", namespace, "wait", "--for=condition=Ready", "pod/nats-box", "--timeout=60s")
+    box = get_pod(control_plane, namespace, "nats-box")
+    assert box["spec"]["nodeName"] == KWOK_NODE
+    assert containers(control_plane, namespace, "nats-box") == []  # nothing of it runs on the node
     never = get_pod(control_plane, namespace, "never-ready")
+    assert never["spec"]["nodeName"] == NODE_NAME
     assert not is_ready(never)
-    assert never["status"]["containerStatuses"][0]["imageID"] == "local://nats"
     assert "running" in never["status"]["containerStatuses"][0]["state"]

@@ -1,4 +1,9 @@
-"""The Helm chart as a user meets it: lint, template, a typo refused, install, and uninstall."""
+"""The Helm chart as a user meets it: lint, template, a typo refused, install, and uninstall.
+
+The session's operator is the chart installed on the real node (`fixtures.operators`); the second release
+installed here, with the chart's defaults (an image this machine cannot pull), runs its pods on kwok's fake node
+(`installation.on_kwok`): what is tested is what helm creates and removes, not a second operator.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ import pytest
 import yaml
 
 from mcpg_operator import settings
+from mcpg_testing import installation
 from mcpg_testing.controlplane import ControlPlane
 
 CHART = Path(__file__).parents[2] / "charts" / "mcpg"
@@ -137,6 +143,7 @@ def test_helm_install_creates_every_object_and_uninstall_removes_them(
     control_plane: ControlPlane, namespace: str
 ) -> None:
     release = "chart-e2e"
+    installation.on_kwok(control_plane, namespace)
     helm(control_plane, "install", release, str(CHART), "--namespace", namespace, "--wait=false")
     expected = {
         ("Deployment", f"{release}-operator"),

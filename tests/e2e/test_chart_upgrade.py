@@ -1,11 +1,13 @@
 """The chart's lifecycle as NOTES.txt and the README's "Upgrade and removal" tell it: upgrading a 0.1.0 release
 to this chart, what `helm uninstall` leaves, and the full removal.
 
-What runs where decides what these tests can prove. On the local control plane the chart's operator Deployment
-is a kwok pod: nothing runs in it. The operator runs beside the cluster as processes under the chart's
-ServiceAccount (the control plane maps the operator's static token to `mcpg-system/mcpg-operator`, so the
-release is `mcpg` in `mcpg-system`): it has exactly the RBAC the installed release grants. The gateways are
-real pods: the local kubelet runs `mcpg/gateway:local` as this checkout's gateway (`.venv-gateway`).
+What runs where decides what these tests can prove. The releases' operator images (0.1.0's and this chart's
+default, both from a registry) cannot be pulled here, so the release namespace's pods go to kwok's fake node
+(`installation.on_kwok`): the chart's operator Deployment rolls out, and nothing runs in it. The operator runs
+beside the cluster as processes under the chart's ServiceAccount (the control plane maps the operator's static
+token to `mcpg-system/mcpg-operator`, so the release is `mcpg` in `mcpg-system`): it has exactly the RBAC the
+installed release grants. The gateways are real pods on the real node, of `mcpg/gateway:local`, this checkout's
+gateway image built from its Dockerfile.
 
 `test_the_documented_upgrade_from_0_1_0_...` proves, on one control plane:
 - 0.1.0 as released serves a WebhookToken and a ResourceWatch: its chart (`data/mcpg-0.1.0.tgz`, CRDs
@@ -19,8 +21,9 @@ real pods: the local kubelet runs `mcpg/gateway:local` as this checkout's gatewa
 - the gateway rendered by the 0.1.0 operator answers the webhook through its Service after each step, and this
   checkout's operator, started in place of the 0.1.0 one as the Deployment's rollout would replace it, takes
   the old resources over: a token rotation begun after the upgrade completes.
-It does not prove the images (no container runtime here) or the 0.1.0 gateway image: the gateway pods run this
-checkout's gateway throughout, rendered first by the 0.1.0 operator.
+It does not prove the 0.1.0 images (neither can be pulled here): the 0.1.0 operator runs from its sources'
+environment, and the gateway pods run this checkout's gateway image throughout, rendered first by the 0.1.0
+operator.
 
 `test_helm_uninstall_...` and `test_the_documented_removal_...` prove what `helm uninstall` leaves (CRDs,
 custom resources with a stale Ready, gateways still serving) and that the removal procedure leaves nothing:
@@ -46,13 +49,14 @@ from typing import Any
 import pytest
 import yaml
 
-from mcpg_testing import images, runtimes
+from mcpg_testing import images, installation, oci
 from mcpg_testing.controlplane import ControlPlane
 from mcpg_testing.images import ImageEnv
 from mcpg_testing.installation import OPERATOR_NAMESPACE
 from mcpg_testing.operators import OperatorReplicas
 from mcpg_testing.processes import wait_until
 
+pytestmark = pytest.mark.own_cluster  # each test installs, replaces and deletes cluster-wide CRDs
 HERE = Path(__file__).parent
 CHART = HERE.parents[1] / "charts" / "mcpg"
 # The chart as of commit a6effb1 (0.1.0), made with:
@@ -71,7 +75,8 @@ BOUND_S = 90.0
 SETTINGS = {
     "POD_NAMESPACE": OPERATOR_NAMESPACE,
     "MCPG_RESYNC_SECONDS": "5",
-    "MCPG_GATEWAY_IMAGE": runtimes.GATEWAY_IMAGE,  # run by the local kubelet, for real
+    "MCPG_GATEWAY_IMAGE": oci.GATEWAY_IMAGE,  # imported into the node's runtime: run for real
+    "MCPG_GATEWAY_IMAGE_PULL_POLICY": "Never",
     # A stopped replica releases the Lease; these bound the takeover if one does not.
     "MCPG_LEADER_ELECTION_LEASE_DURATION_SECONDS": "4",
     "MCPG_LEADER_ELECTION_RENEW_DEADLINE_SECONDS": "3",
@@ -87,9 +92,9 @@ NAMESPACED_KINDS = (
 
 
 @pytest.fixture
-def plane(tmp_path: Path, gateway_env: ImageEnv) -> Iterator[ControlPlane]:
-    """A control plane of this test's own (about 4 s to start): these tests install, replace and delete CRDs,
-    which are cluster-wide, so they must not share the session's."""
+def plane(tmp_path: Path) -> Iterator[ControlPlane]:
+    """A cluster of this test's own: these tests install, replace and delete CRDs, which are cluster-wide, so
+    they must not share the session's."""
     with ControlPlane(tmp_path / "control-plane", die_with_parent=True) as plane:
         yield plane
 
@@ -146,6 +151,14 @@ def shipped_crds() -> dict[str, dict[str, Any]]:
 def mcpg_crds(plane: ControlPlane) -> dict[str, dict[str, Any]]:
     """Name -> served CRD, for every CRD of the mcpg.dev group."""
     return {c["metadata"]["name"]: c for c in get(plane, "crd")["items"] if c["spec"]["group"] == GROUP}
+
+
+def install(plane: ControlPlane, chart: Path) -> None:
+    """`helm install` of `chart` as the release, its namespace's pods on kwok's node (the images the chart names
+    cannot be pulled here: the operator runs as processes, `operators`)."""
+    plane.kubectl("create", "namespace", OPERATOR_NAMESPACE)
+    installation.on_kwok(plane, OPERATOR_NAMESPACE)
+    helm(plane, "install", RELEASE, str(chart), "-n", OPERATOR_NAMESPACE)
 
 
 def wait_established(plane: ControlPlane, crds: list[str]) -> None:
@@ -267,7 +280,7 @@ def run_step(plane: ControlPlane, command: str) -> None:
 def test_the_documented_upgrade_from_0_1_0_replaces_the_crds_and_rbac_and_keeps_resources_and_gateways(
     plane: ControlPlane, previous_operator_env: ImageEnv, current_operator_env: ImageEnv, tmp_path: Path
 ) -> None:
-    helm(plane, "install", RELEASE, str(PREVIOUS_CHART), "-n", OPERATOR_NAMESPACE, "--create-namespace")
+    install(plane, PREVIOUS_CHART)
     wait_established(plane, ["resourcewatches.mcpg.dev", "webhooktokens.mcpg.dev"])
     log = tmp_path / "operator.log"
     with operators(previous_operator_env, plane, log):
@@ -326,13 +339,13 @@ def test_the_documented_upgrade_from_0_1_0_replaces_the_crds_and_rbac_and_keeps_
 def test_helm_uninstall_leaves_the_crds_the_resources_and_their_gateways_serving(
     plane: ControlPlane, current_operator_env: ImageEnv, tmp_path: Path
 ) -> None:
-    helm(plane, "install", RELEASE, str(CHART), "-n", OPERATOR_NAMESPACE, "--create-namespace")
+    install(plane, CHART)
     wait_established(plane, sorted(mcpg_crds(plane)))
     with operators(current_operator_env, plane, tmp_path / "operator.log"):
         serve_a_webhook(plane)
         token = webhook_token(plane)
         helm(plane, "uninstall", RELEASE, "-n", OPERATOR_NAMESPACE, "--wait")
-    # The operator's pods went with its Deployment; so have its processes here.
+    # The operator's pods (kwok's) went with its Deployment; so have its processes here.
 
     assert sorted(mcpg_crds(plane)) == sorted(shipped_crds())
     assert (ready_status(plane, "resourcewatch/reports"), ready_status(plane, "webhooktoken/reports-token")) == (
@@ -352,7 +365,7 @@ def test_helm_uninstall_leaves_the_crds_the_resources_and_their_gateways_serving
 def test_the_documented_removal_leaves_nothing_of_mcpg(
     plane: ControlPlane, current_operator_env: ImageEnv, tmp_path: Path
 ) -> None:
-    helm(plane, "install", RELEASE, str(CHART), "-n", OPERATOR_NAMESPACE, "--create-namespace")
+    install(plane, CHART)
     wait_established(plane, sorted(mcpg_crds(plane)))
     steps = documented_steps(plane, "Uninstalling:")
     assert [s.split()[:2] for s in steps[:3]] == [["kubectl", "delete"], ["helm", "uninstall"], ["kubectl", "delete"]]
@@ -364,7 +377,7 @@ def test_the_documented_removal_leaves_nothing_of_mcpg(
             return not names(plane, NAMESPACED_KINDS, "-A", "-l", MANAGED_BY_OPERATOR)
 
         wait_until(gateways_gone, BOUND_S, "the garbage collector to remove every gateway object")
-        run_step(plane, steps[1])  # the release: its pods (here the operator's processes) stop with it
+        run_step(plane, steps[1])  # the release: its pods stop with it (here the operator's processes too)
     for step in steps[2:]:
         run_step(plane, step)
 

@@ -1,4 +1,8 @@
-"""The local control plane is a real one: CRDs, controllers, scheduler, fake kubelet, GC and RBAC work."""
+"""The local control plane is a real one: CRDs, controllers, scheduler, kwok's fake node, GC and RBAC work.
+
+The real node's side (images, probes, Services through kube-proxy) is what every pod test exercises; here a
+Deployment of an image nobody can pull goes to kwok's node (`installation.on_kwok`), which plays its pods.
+"""
 
 import json
 import subprocess
@@ -7,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from mcpg_testing import installation
+from mcpg_testing.components import KWOK_NODE
 from mcpg_testing.controlplane import ControlPlane
 from mcpg_testing.processes import wait_until
 
@@ -79,6 +85,7 @@ def test_deployment_rolls_out_to_ready_pods_and_rolls_out_again_after_a_template
     control_plane: ControlPlane, namespace: str
 ) -> None:
     ns = ("-n", namespace)
+    installation.on_kwok(control_plane, namespace)
     control_plane.kubectl("apply", *ns, "-f", "-", stdin=DEPLOYMENT)
     control_plane.kubectl("rollout", "status", *ns, "deployment/web", "--timeout=120s")
 
@@ -95,7 +102,7 @@ def test_deployment_rolls_out_to_ready_pods_and_rolls_out_again_after_a_template
     pods = get_json(control_plane, "pods", "-l", "app=web", *ns)["items"]
     current = [p for p in pods if p["spec"]["containers"][0]["image"].endswith(":2")]
     assert len(current) == 2
-    assert {p["spec"]["nodeName"] for p in current} == {"kwok-node-0"}
+    assert {p["spec"]["nodeName"] for p in current} == {KWOK_NODE}
     assert all(p["status"]["phase"] == "Running" for p in current)
 
 

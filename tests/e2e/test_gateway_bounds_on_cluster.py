@@ -2,7 +2,7 @@
 
 A tenant who may edit only McpGateways gets exactly what the bounds allow: the session's operator runs the chart's
 defaults (at most 10 replicas, 2 CPUs and 2Gi requested, a 4Gi memory limit, ClusterIP or NodePort) with node ports
-and `lb.example/` annotations allowed (`fixtures.OPERATOR_SETTINGS`). What only this tier proves, and the in-memory
+and `lb.example/` annotations allowed (`fixtures.CHART_VALUES`). What only this tier proves, and the in-memory
 fake cannot: that an unset request really is its limit on the API server (the bound on requests counts it so), that
 server-side apply really removes what the operator stops sending (a node port the API server allocated, the
 annotations, a resource), and that a Service the API server refuses, here by an admission policy, does not keep a
@@ -13,21 +13,23 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
 from mcpg_testing.controlplane import ControlPlane
+from mcpg_testing.fixtures import CHART_VALUES, GATEWAY_RESOURCES
 from mcpg_testing.manifests import polled, refusing_gateway_services
 from mcpg_testing.processes import wait_until
+from mcpg_testing.release import OperatorRelease
 
 BOUND_S = 120
 """Bound on one rollout of real gateway pods, or one settings change reaching the objects."""
-DEFAULT_REPLICAS = 3
-"""The session operator's MCPG_GATEWAY_REPLICAS."""
-DEFAULT_RESOURCES = {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}}
+DEFAULT_REPLICAS = int(CHART_VALUES["gateway"]["replicas"])
+"""The session release's `gateway.replicas`."""
+DEFAULT_RESOURCES = GATEWAY_RESOURCES
+"""The session release's `gateway.resources`: what a gateway gets when its McpGateway names none."""
 POLICY_MESSAGE = "the platform team froze this namespace's gateway Service"
 PROBE = {
     "replicas": 100_000,
@@ -84,7 +86,7 @@ def absent(plane: ControlPlane, namespace: str, *what: str) -> bool:
 
 
 def test_an_mcpgateway_outside_the_bounds_makes_nothing_of_what_it_asks_and_names_the_bound(
-    control_plane: ControlPlane, operator: Path, namespace: str
+    control_plane: ControlPlane, operator: OperatorRelease, namespace: str
 ) -> None:
     plane = control_plane
     apply(plane, namespace, polled("watched"), mcp_gateway(PROBE))
@@ -118,7 +120,7 @@ def test_an_mcpgateway_outside_the_bounds_makes_nothing_of_what_it_asks_and_name
 
 def test_the_api_server_makes_an_unset_request_its_limit(control_plane: ControlPlane, namespace: str) -> None:
     # Why the bound on requests counts an unset request as its limit: a 3Gi limit alone reserves 3Gi.
-    # A pod needs its ServiceAccount; this control plane runs no controller that makes the default one.
+    # A pod needs its ServiceAccount: the controller that makes the default one may not have got to a new namespace.
     control_plane.kubectl("-n", namespace, "create", "serviceaccount", "default", check=False)
     pod = {
         "apiVersion": "v1",
@@ -158,7 +160,7 @@ def freeze(plane: ControlPlane, namespace: str, name: str) -> None:
 
 
 def test_deleting_the_mcpgateway_gives_back_the_replicas_resources_and_budget_while_the_service_is_refused(
-    control_plane: ControlPlane, operator: Path, namespace: str, frozen_service: str
+    control_plane: ControlPlane, operator: OperatorRelease, namespace: str, frozen_service: str
 ) -> None:
     plane = control_plane
     resources = {"requests": {"cpu": "100m", "memory": "96Mi"}, "limits": {"cpu": "1", "memory": "384Mi"}}

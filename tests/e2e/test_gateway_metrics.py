@@ -1,5 +1,5 @@
 """The gateways' /metrics, scraped as the chart's gateway ServiceMonitor tells Prometheus to: through the port
-it names on the Service the operator rendered, reached through the Service (the local kubelet's stand-in)."""
+it names on the Service the operator rendered, reached at the Service's ClusterIP (kube-proxy's rules)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from mcpg_testing.controlplane import ControlPlane
+from mcpg_testing.release import OperatorRelease
 
 CHART = Path(__file__).parents[2] / "charts" / "mcpg"
 
@@ -29,7 +30,7 @@ def gateway_monitor(plane: ControlPlane) -> dict[str, Any]:
 
 
 def test_the_charts_gateway_service_monitor_scrapes_every_gateways_metrics_through_its_service(
-    control_plane: ControlPlane, operator: Path, namespace: str
+    control_plane: ControlPlane, operator: OperatorRelease, namespace: str
 ) -> None:
     watch = {
         "apiVersion": "mcpg.dev/v1alpha1",

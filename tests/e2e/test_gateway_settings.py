@@ -12,14 +12,15 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
 from mcpg_testing.controlplane import ControlPlane
+from mcpg_testing.fixtures import GATEWAY_RESOURCES
 from mcpg_testing.manifests import polled
+from mcpg_testing.release import OperatorRelease
 
 BOUND_S = 120
 """Bound on one rollout of real gateway pods, or one settings change reaching the objects."""
@@ -136,7 +137,7 @@ def test_the_api_server_accepts_every_field_set(control_plane: ControlPlane, crd
 
 
 def test_one_namespaces_settings_roll_only_its_gateway_and_deleting_them_restores_the_defaults(
-    control_plane: ControlPlane, operator: Path, namespace: str, other_namespace: str
+    control_plane: ControlPlane, operator: OperatorRelease, namespace: str, other_namespace: str
 ) -> None:
     plane, shop, other = control_plane, namespace, other_namespace
     for ns in (shop, other):  # one pod each, so every rollout below is quick
@@ -185,10 +186,7 @@ def test_one_namespaces_settings_roll_only_its_gateway_and_deleting_them_restore
     wait(plane, shop, "--for=jsonpath={.spec.replicas}=3", "deployment/mcpg-gateway")
     wait(plane, shop, "--for=jsonpath={.spec.type}=ClusterIP", "service/mcpg-gateway")
     wait(plane, shop, "--for=delete", "pdb/mcpg-gateway", "networkpolicy/mcpg-gateway")
-    assert container(plane, shop)["resources"] == {
-        "requests": {"cpu": "50m", "memory": "64Mi"},
-        "limits": {"memory": "256Mi"},
-    }
+    assert container(plane, shop)["resources"] == GATEWAY_RESOURCES  # the chart's default
     annotations = get(plane, shop, "service", "mcpg-gateway")["metadata"].get("annotations") or {}
     assert "lb.example/scheme" not in annotations
     assert footprint(plane, other) == untouched

@@ -1,11 +1,11 @@
 """The limits and lease the operator is given reach every gateway pod it renders, and hold there.
 
 `gateway.limits` / `gateway.subscriptions` (the chart's values, `MCPG_GATEWAY_LIMITS` / `MCPG_GATEWAY_SUBSCRIPTIONS`
-on the operator: `fixtures.OPERATOR_SETTINGS` sets non-default ones) are rendered into each namespace's gateway
-configuration. Each of the three pods publishes them in its server card, and one enforces them for a caller
-that reaches it through the Service, before any upstream read. The connection deadlines hold on a pod too: a
-listen stream whose client stops reading is closed at the operator's `write_timeout_s`, and a client that
-pipelines past the bound is cut off.
+on the operator: the session's release, `fixtures.CHART_VALUES`, sets non-default ones) are rendered into each
+namespace's gateway configuration. Each of the three pods publishes them in its server card (reached at its pod
+IP), and one enforces them for a caller that reaches it through the Service's ClusterIP, before any upstream read.
+The connection deadlines hold on a pod too: a listen stream whose client stops reading is closed at the
+operator's `write_timeout_s`, and a client that pipelines past the bound is cut off.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import base64
 import hashlib
 import json
 import socket
-from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx2
 import yaml
@@ -25,15 +25,16 @@ from mcpg_gateway import connections, errors
 from mcpg_testing import stuck
 from mcpg_testing.clients import refusal
 from mcpg_testing.controlplane import ControlPlane
-from mcpg_testing.fixtures import OPERATOR_SETTINGS
+from mcpg_testing.fixtures import CHART_VALUES
 from mcpg_testing.pods import apply, gateway_pods
+from mcpg_testing.release import OperatorRelease
 
 CLIENT_TOKEN = "limits-client-" + "l" * 24
 HEADERS = {"authorization": f"Bearer {CLIENT_TOKEN}"}
 TEMPLATE = "doc://{id}"
-REPLICAS = int(OPERATOR_SETTINGS["MCPG_GATEWAY_REPLICAS"])
-LIMITS = json.loads(OPERATOR_SETTINGS["MCPG_GATEWAY_LIMITS"])
-SUBSCRIPTIONS = json.loads(OPERATOR_SETTINGS["MCPG_GATEWAY_SUBSCRIPTIONS"])
+REPLICAS = int(CHART_VALUES["gateway"]["replicas"])
+LIMITS: dict[str, int] = CHART_VALUES["gateway"]["limits"]
+SUBSCRIPTIONS: dict[str, int] = CHART_VALUES["gateway"]["subscriptions"]
 
 
 def manifests() -> list[dict[str, Any]]:
@@ -57,7 +58,7 @@ def manifests() -> list[dict[str, Any]]:
 
 
 async def test_every_gateway_pod_publishes_and_enforces_the_limits_the_operator_was_given(
-    control_plane: ControlPlane, operator: Path, namespace: str
+    control_plane: ControlPlane, operator: OperatorRelease, namespace: str
 ) -> None:
     apply(control_plane, namespace, *manifests())
     control_plane.kubectl("-n", namespace, "wait", "--for=condition=Ready", "resourcewatch/docs", "--timeout=150s")
@@ -113,14 +114,14 @@ def closed_for(metrics_text: str, reason: str) -> float:
     return sum(float(line.rsplit(" ", 1)[1]) for line in metrics_text.splitlines() if line.startswith(key))
 
 
-async def pipelined_until_closed(port: int, requests: int) -> bytes:
+async def pipelined_until_closed(host: str, port: int, requests: int) -> bytes:
     """`requests` GET /healthz sent at once on one connection; every byte answered until the pod closes it."""
     loop, sock = asyncio.get_running_loop(), socket.socket()
     sock.setblocking(False)
     received = b""
     try:
         async with asyncio.timeout(10):
-            await loop.sock_connect(sock, ("127.0.0.1", port))
+            await loop.sock_connect(sock, (host, port))
             await loop.sock_sendall(sock, b"GET /healthz HTTP/1.1\r\nhost: gw\r\n\r\n" * requests)
             while data := await loop.sock_recv(sock, 65536):
                 received += data
@@ -130,7 +131,7 @@ async def pipelined_until_closed(port: int, requests: int) -> bytes:
 
 
 async def test_a_pod_closes_a_stream_nobody_reads_at_the_operators_write_deadline_and_cuts_off_pipelining(
-    control_plane: ControlPlane, operator: Path, namespace: str
+    control_plane: ControlPlane, operator: OperatorRelease, namespace: str
 ) -> None:
     apply(control_plane, namespace, *webhook_manifests())
     control_plane.kubectl("-n", namespace, "wait", "--for=condition=Ready", "resourcewatch/stalled", "--timeout=150s")
@@ -139,8 +140,9 @@ async def test_a_pod_closes_a_stream_nobody_reads_at_the_operators_write_deadlin
     admin = gateway_pods(control_plane, namespace, port="9090")[name]
     secret = json.loads(control_plane.kubectl("-n", namespace, "get", "secret", "stalled-webhook", "-o", "json").stdout)
     hook = f"{base}/webhooks/resource-updated/{base64.b64decode(secret['data']['token']).decode()}"
-    port = int(base.rsplit(":", 1)[1])
-    sock = await stuck.listen_stream(port, HOOK, stuck.small_window(small_segments=True), HEADERS)
+    pod = urlsplit(base)
+    host, port = str(pod.hostname), int(pod.port or 80)
+    sock = await stuck.listen_stream(port, HOOK, stuck.small_window(small_segments=True), HEADERS, host=host)
     try:
         async with httpx2.AsyncClient(timeout=10) as http, asyncio.timeout(DEADLINE_BOUND_S):
             # Written to until its buffers are full; then nothing the pod writes moves, and the deadline runs out.
@@ -149,7 +151,7 @@ async def test_a_pod_closes_a_stream_nobody_reads_at_the_operators_write_deadlin
                     assert status.status_code == 200
     finally:
         sock.close()
-    answers = (await pipelined_until_closed(port, connections.MAX_PIPELINED + 10)).count(b'{"ok":true}')
+    answers = (await pipelined_until_closed(host, port, connections.MAX_PIPELINED + 10)).count(b'{"ok":true}')
     assert answers == connections.MAX_PIPELINED + 1  # then the connection was closed: `pipelining`
     async with httpx2.AsyncClient(timeout=10) as http:
         assert closed_for((await http.get(f"{admin}/metrics")).text, "pipelining") >= 1

@@ -19,6 +19,7 @@ from mcpg_testing.controlplane import ControlPlane
 from mcpg_testing.leaks import assert_not_logged
 from mcpg_testing.manifests import polled
 from mcpg_testing.processes import wait_until
+from mcpg_testing.release import OperatorRelease
 
 ROOT = Path(__file__).parents[2]
 MANIFESTS = ROOT / "examples" / "manifests"
@@ -62,7 +63,7 @@ def google_secret() -> dict[str, Any]:
 
 
 def test_the_guides_examples_become_a_ready_gateway(
-    control_plane: ControlPlane, operator: Path, namespace: str
+    control_plane: ControlPlane, operator: OperatorRelease, namespace: str
 ) -> None:
     apply(
         control_plane,
@@ -89,7 +90,7 @@ def test_the_guides_examples_become_a_ready_gateway(
     token = base64.b64decode(get(control_plane, namespace, "secret", "reports-webhook")["data"]["token"]).decode()
     assert resources["drive://folder/reports"]["watch"]["strategy"]["token"] == token
     assert len(token) >= 43  # 256 random bits, url-safe base64
-    assert_not_logged(operator, token, "Bearer e2e-google")
+    assert_not_logged(operator.log, token, "Bearer e2e-google")
     dep = get(control_plane, namespace, "deployment", "mcpg-gateway")
     assert dep["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
     assert dep["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
@@ -102,7 +103,7 @@ def test_the_guides_examples_become_a_ready_gateway(
 
 
 def test_the_namespace_auth_secret_becomes_the_gateways_auth_and_no_token_is_rendered(
-    control_plane: ControlPlane, operator: Path, namespace: str
+    control_plane: ControlPlane, operator: OperatorRelease, namespace: str
 ) -> None:
     client_token = "e2e-client-" + os.urandom(8).hex()
     digest = hashlib.sha256(client_token.encode()).hexdigest()
@@ -131,7 +132,7 @@ def test_the_namespace_auth_secret_becomes_the_gateways_auth_and_no_token_is_ren
 
 
 def test_deleting_the_last_resourcewatch_removes_the_gateway(
-    control_plane: ControlPlane, operator: Path, namespace: str
+    control_plane: ControlPlane, operator: OperatorRelease, namespace: str
 ) -> None:
     apply(control_plane, namespace, MANIFESTS / "delete-as-event.yaml", polled("second"))
     wait(control_plane, namespace, "--for=condition=Ready", "resourcewatch/drive-file", "resourcewatch/second")
@@ -244,7 +245,7 @@ def test_every_example_manifest_is_accepted_by_the_api_server(
 
 
 def test_the_later_of_two_watches_sharing_a_token_is_refused(
-    control_plane: ControlPlane, operator: Path, namespace: str
+    control_plane: ControlPlane, operator: OperatorRelease, namespace: str
 ) -> None:
     apply(control_plane, namespace, MANIFESTS / "webhooktoken.yaml", MANIFESTS / "webhook.yaml")
     wait(control_plane, namespace, "--for=condition=Ready", "resourcewatch/reports-folder")
@@ -266,7 +267,7 @@ def test_the_later_of_two_watches_sharing_a_token_is_refused(
 
 
 def test_a_missing_secret_is_reported_and_healed_when_it_appears(
-    control_plane: ControlPlane, operator: Path, namespace: str
+    control_plane: ControlPlane, operator: OperatorRelease, namespace: str
 ) -> None:
     apply(control_plane, namespace, MANIFESTS / "poll.yaml")
     wait(
@@ -280,7 +281,7 @@ def test_a_missing_secret_is_reported_and_healed_when_it_appears(
 
 
 def test_watches_the_gateway_would_refuse_are_left_out_and_the_rest_is_served(
-    control_plane: ControlPlane, operator: Path, namespace: str
+    control_plane: ControlPlane, operator: OperatorRelease, namespace: str
 ) -> None:
     fine = polled("fine")
     repeated = {

@@ -2,11 +2,12 @@
 over when the leader is killed or stopped, and /metrics is reached the way the chart's monitor reaches it.
 
 Each test runs its own replicas with their own Lease (MCPG_LEADER_ELECTION_LEASE_NAME) watching only the test's
-namespace, so they neither fight the session's operator for the chart's Lease nor reconcile its namespaces. The
-session's operator, if a test started it, watches every namespace, this test's too: so these replicas render the
-gateway with the session's gateway settings (`OPERATOR_SETTINGS`), and the two write the same objects rather than
-roll the gateway back and forth. They run from the operator image's environment, as
-`mcpg_testing.programs.OperatorProcess` runs a chart replica.
+namespace, so they neither fight the session's operator (the chart's release, its pods on the real node) for the
+chart's Lease nor reconcile its namespaces. The session's operator watches every namespace, this test's too: so
+these replicas render the gateway with the session's gateway settings (`OPERATOR_SETTINGS`, what the release's
+values set), and the two write the same objects rather than roll the gateway back and forth. They run as
+processes beside the cluster, from the operator image's environment (`mcpg_testing.programs.OperatorProcess`),
+under the chart's ServiceAccount: a test can kill, stop and time each one, and give it its own port.
 """
 
 from __future__ import annotations

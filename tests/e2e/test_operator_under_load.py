@@ -6,9 +6,10 @@ standby inheriting the backlog and losing it 6 s later, and both writing after t
 edits: no Lease is lost, no write is fenced, and the statuses patched are those of the watches edited, as the API
 server counts them.
 
-The session's operator replicas are stopped for the test (started again after it), so the API server's counts are
-this test's replicas' alone. Gateway pods run an image the local kubelet leaves to kwok, which makes them Ready at
-once: the load is the operator's, not 300 watches' worth of rollouts on 2 cores.
+The session's operator replicas (the chart's release) are scaled to none for the test (and back after it), so the
+API server's counts are this test's replicas' alone. The test's namespace puts its pods on kwok's fake node
+(`installation.on_kwok`), which makes them Ready at once without running anything: the load is the operator's,
+not 300 watches' worth of rollouts on 2 cores.
 """
 
 from __future__ import annotations
@@ -24,14 +25,15 @@ from typing import Any
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from mcpg_testing import installation
 from mcpg_testing.apiclient import ApiClient
 from mcpg_testing.controlplane import ControlPlane
 from mcpg_testing.images import ImageEnv
 from mcpg_testing.installation import OPERATOR_NAMESPACE
 from mcpg_testing.manifests import polled
-from mcpg_testing.operators import OperatorReplicas
 from mcpg_testing.processes import wait_until
 from mcpg_testing.programs import OperatorProcess
+from mcpg_testing.release import OperatorRelease
 
 WATCHES = 300
 EDITS_PER_S = 6.0
@@ -43,7 +45,7 @@ LEASE = {
 }
 """The chart's timings (values.yaml leaderElection)."""
 KWOK_IMAGE = "example.invalid/mcpg-gateway:kwok"
-"""No runtime of the local kubelet runs it, so kwok plays its pods: Ready at once, no process."""
+"""An image no node has: its pods go to kwok's node (the namespace's annotations), which plays them."""
 BOUND_S = 240
 
 
@@ -59,7 +61,7 @@ def settings(namespace: str, lease: str) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def session_operators_paused(plane: ControlPlane, operators: OperatorReplicas, namespace: str) -> Iterator[None]:
+def session_operators_paused(plane: ControlPlane, operators: OperatorRelease, namespace: str) -> Iterator[None]:
     """The session's replicas stopped for the block; started again once the block's watches are gone, so that
     they do not render a gateway of 300 watches (three real pods) while the later tests run."""
     operators.stop()
@@ -146,12 +148,13 @@ def test_a_busy_namespace_costs_no_lease_no_write_after_a_loss_and_patches_only_
     control_plane: ControlPlane,
     chart_rbac: None,
     operator_env: ImageEnv,
-    operators: OperatorReplicas,
+    operators: OperatorRelease,
     namespace: str,
     tmp_path: Path,
 ) -> None:
     name = f"load-{namespace}"
     names = [f"w{i:03d}" for i in range(WATCHES)]
+    installation.on_kwok(control_plane, namespace)
     with (
         session_operators_paused(control_plane, operators, namespace),
         replicas(control_plane, operator_env, tmp_path, settings(namespace, name)) as processes,

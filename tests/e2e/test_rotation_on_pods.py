@@ -1,10 +1,11 @@
 """Token rotation on running gateway pods, judged from what senders and subscribers saw through the Service.
 
-A 3-replica gateway runs as real processes (the local kubelet) behind the Service stand-in. While the operator
-rotates the webhook token, senders POST the webhook through the Service with the old and with the new token
-(a fresh connection per request, so the stand-in's connection log names the pod that answered each one), and
-subscribers hold `subscriptions/listen` streams through the Service, listening again as soon as one ends. A
-sampler reads the API meanwhile, for the moments that divide the rotation into stages:
+A 3-replica gateway runs as real pods on the node, behind its ClusterIP Service (kube-proxy's rules). While the
+operator rotates the webhook token, senders POST the webhook through the Service with the old and with the new
+token (a fresh connection per request, from many source addresses, so the kernel's connection tracking names the
+pod kube-proxy sent each one to), and subscribers hold `subscriptions/listen` streams through the Service,
+listening again as soon as one ends. A sampler reads the API meanwhile, for the moments that divide the rotation
+into stages (and each pod's address, to name the pods that answered):
 
     before    until the Secret edit
     rolling   from the edit until the WebhookToken reports the new token accepted
@@ -30,7 +31,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,9 +42,10 @@ import yaml
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from mcpg_testing.conntrack import ServiceConnections, client_addresses
 from mcpg_testing.controlplane import ControlPlane
 from mcpg_testing.leaks import assert_absent, assert_not_logged
-from mcpg_testing.operators import OperatorReplicas
+from mcpg_testing.release import OperatorRelease
 
 URI = "rotation://reports"
 RATE_PER_TOKEN = 12.0
@@ -52,8 +54,8 @@ LISTENERS = 3
 BOUND_S = 150.0
 """Bound on the whole rotation: two rollouts of 3 real pods, each pod Ready after its first passing probe."""
 CLIENT_TOKEN = "rotation-client-" + "c" * 24
-SOURCES = itertools.cycle([f"127.0.0.{n}" for n in range(2, 66)])
-"""Senders' addresses: many senders from many addresses, as upstreams are (all of 127/8 is loopback on Linux)."""
+SOURCES = 64
+"""Senders' addresses: many senders from many addresses, as upstreams are (`conntrack.client_addresses`)."""
 
 
 @dataclass
@@ -84,6 +86,8 @@ class Sample:
     accepted: bool
     available_pods: dict[str, frozenset[str]]
     """Available pod -> the tokens its ReplicaSet's configuration accepts."""
+    names: dict[str, str] = field(default_factory=dict)
+    """Pod IP -> pod name, of every pod listed that had an address."""
 
 
 @dataclass
@@ -173,14 +177,16 @@ def read_sample(api: Api, ns: str, new_digest: str) -> Sample:
         rs["metadata"]["name"]: config_secret(rs)
         for rs in api.get(f"/apis/apps/v1/namespaces/{ns}/replicasets")["items"]
     }
-    pods = [p for p in api.get(f"/api/v1/namespaces/{ns}/pods")["items"] if available(p)]
+    listed_pods = api.get(f"/api/v1/namespaces/{ns}/pods")["items"]
+    pods = [p for p in listed_pods if available(p)]
+    names = {p["status"]["podIP"]: p["metadata"]["name"] for p in listed_pods if p.get("status", {}).get("podIP")}
     listed = api.get(f"/api/v1/namespaces/{ns}/secrets?labelSelector=mcpg.dev/config-hash")["items"]
     configs = {s["metadata"]["name"]: webhook_tokens(base64.b64decode(s["data"]["gateway.yaml"])) for s in listed}
     accepted = wt.get("currentDigest") == new_digest and any(
         c["type"] == "TokenAccepted" and c["status"] == "True" for c in wt.get("conditions", [])
     )
     by_pod = {p["metadata"]["name"]: configs[rs_secret[p["metadata"]["ownerReferences"][0]["name"]]] for p in pods}
-    return Sample(t, configs[config_secret(dep)], accepted, by_pod)
+    return Sample(t, configs[config_secret(dep)], accepted, by_pod, names)
 
 
 class Sampler:
@@ -189,6 +195,8 @@ class Sampler:
     def __init__(self, api: Api, ns: str, new_digest: str) -> None:
         self.api, self.ns, self.new_digest = api, ns, new_digest
         self.samples: list[Sample] = []
+        self.pod_names: dict[str, str] = {}
+        """Pod IP -> name of every pod any sample listed: the pods that answered may be gone by the end."""
         self._changed = threading.Condition()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="api sampler", daemon=True)
@@ -201,6 +209,7 @@ class Sampler:
                 continue  # torn by a concurrent change: read again
             with self._changed:
                 self.samples.append(sample)
+                self.pod_names.update(sample.names)
                 self._changed.notify_all()
 
     def __enter__(self) -> Sampler:
@@ -227,6 +236,35 @@ class Sampler:
                 self._changed.wait(left)
 
 
+class PodLogs:
+    """The namespace's container logs, copied on a thread every half second until stopped: a pod's logs go with
+    the pod, and the rollouts delete the very pods that saw the old token."""
+
+    def __init__(self, plane: ControlPlane, ns: str) -> None:
+        self.plane, self.ns = plane, ns
+        self.texts: dict[Path, str] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="pod log keeper", daemon=True)
+
+    def copy(self) -> None:
+        for path in self.plane.pod_logs(self.ns):
+            with contextlib.suppress(OSError):  # removed with its pod since the listing
+                self.texts[path] = path.read_text(errors="replace")
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):  # paced copying, not a wait for a condition
+            self.copy()
+
+    def __enter__(self) -> PodLogs:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=15)
+        self.copy()
+
+
 # -- traffic through the Service -------------------------------------------------------------------------------
 
 
@@ -251,13 +289,19 @@ class Traffic:
             await self._changed.wait_for(lambda: len(self.sent) >= count)
 
 
-async def send(base: str, label: str, token: str, traffic: Traffic, stop: asyncio.Event) -> None:
-    """POST the webhook RATE_PER_TOKEN times a second, each on a new connection, recording status and client."""
+async def send(
+    base: str, label: str, token: str, traffic: Traffic, stop: asyncio.Event, sources: Iterable[str]
+) -> None:
+    """POST the webhook RATE_PER_TOKEN times a second, each on a new connection from the next of `sources`,
+    recording status and client."""
     host, port = base.removeprefix("http://").split(":")
     pending: set[asyncio.Task[None]] = set()
     next_at = time.monotonic()
-    while not stop.is_set():
-        task = asyncio.create_task(_post(host, int(port), f"/webhooks/resource-updated/{token}", label, traffic))
+    path = f"/webhooks/resource-updated/{token}"
+    for source in itertools.cycle(sources):
+        if stop.is_set():
+            break
+        task = asyncio.create_task(_post(host, int(port), source, path, label, traffic))
         pending.add(task)
         task.add_done_callback(pending.discard)
         next_at += 1 / RATE_PER_TOKEN
@@ -267,14 +311,14 @@ async def send(base: str, label: str, token: str, traffic: Traffic, stop: asynci
     await asyncio.gather(*pending)
 
 
-async def _post(host: str, port: int, path: str, label: str, traffic: Traffic) -> None:
-    """One HTTP/1.1 POST on its own connection, over plain asyncio streams: the client address it went from is
-    what the Service stand-in's connection log names the answering pod by. Each goes from the next of SOURCES:
-    the Service has ClientIP affinity (3 replicas), so one source address would reach one pod only."""
+async def _post(host: str, port: int, source: str, path: str, label: str, traffic: Traffic) -> None:
+    """One HTTP/1.1 POST on its own connection from `source`, over plain asyncio streams: the client address it
+    went from is what conntrack names the answering pod by. Senders cycle through many sources: the Service has
+    ClientIP affinity (3 replicas), so kube-proxy would send everything from one source address to one pod."""
     t, client = time.monotonic(), ""
     try:
         async with asyncio.timeout(5):
-            reader, writer = await asyncio.open_connection(host, port, local_addr=(next(SOURCES), 0))
+            reader, writer = await asyncio.open_connection(host, port, local_addr=(source, 0))
             client = "{}:{}".format(*writer.get_extra_info("sockname")[:2])
             writer.write(
                 f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".encode()
@@ -319,14 +363,9 @@ async def listen(url: str, traffic: Traffic) -> None:
 # -- the pods that answered ------------------------------------------------------------------------------------
 
 
-def answered_by(plane: ControlPlane, ns: str) -> dict[str, str]:
-    """Client address -> the pod the Service stand-in forwarded that connection to."""
-    out = {}
-    for line in (plane.logs_dir / "service-connections.jsonl").read_text().splitlines():
-        entry = json.loads(line)
-        if entry["service"] == f"{ns}/mcpg-gateway" and entry["pod"]:
-            out[entry["client"]] = entry["pod"]
-    return out
+def answered_by(connections: ServiceConnections, pod_names: dict[str, str]) -> dict[str, str]:
+    """Client address -> the pod kube-proxy sent that connection to (conntrack's reply source, by name)."""
+    return {client: pod_names[ip] for client, ip in connections.answered_by().items() if ip in pod_names}
 
 
 def stage(t: float, m: Moments) -> str:
@@ -361,7 +400,7 @@ def api(control_plane: ControlPlane) -> Iterator[Api]:
 
 @pytest.mark.parametrize("kill", ["none", "after-edit", "after-acceptance"])
 async def test_rotation_on_running_pods_refuses_no_sender_and_drops_no_listener(
-    control_plane: ControlPlane, operators: OperatorReplicas, namespace: str, api: Api, kill: str
+    control_plane: ControlPlane, operators: OperatorRelease, namespace: str, api: Api, kill: str
 ) -> None:
     grace_s = 15 if kill == "after-acceptance" else 0  # a window between acceptance and retirement to kill in
     docs = "\n---\n".join(yaml.safe_dump(d) for d in manifests(grace_s))
@@ -374,7 +413,8 @@ async def test_rotation_on_running_pods_refuses_no_sender_and_drops_no_listener(
     old = base64.b64decode(secret["data"]["token"]).decode()
     new = "rotated-" + os.urandom(20).hex()
     new_digest = hashlib.sha256(new.encode()).hexdigest()[:12]
-    base = control_plane.service_url(namespace, "mcpg-gateway")
+    cluster_ip, port = control_plane.service_address(namespace, "mcpg-gateway")
+    base = f"http://{cluster_ip}:{port}"
     moments, traffic, stop = Moments(), Traffic(), asyncio.Event()
     loop = asyncio.get_running_loop()
 
@@ -387,9 +427,15 @@ async def test_rotation_on_running_pods_refuses_no_sender_and_drops_no_listener(
         killed.append((await loop.run_in_executor(None, operators.leader)).pod_name)
         moments.killed.append((when, await loop.run_in_executor(None, operators.kill_leader)))
 
-    with Sampler(api, namespace, new_digest) as sampler:
+    with (
+        client_addresses(SOURCES) as sources,
+        ServiceConnections(cluster_ip, port) as connections,
+        PodLogs(control_plane, namespace) as pod_logs,
+        Sampler(api, namespace, new_digest) as sampler,
+    ):
         senders = [
-            asyncio.create_task(send(base, label, t, traffic, stop)) for label, t in (("old", old), ("new", new))
+            asyncio.create_task(send(base, label, t, traffic, stop, sources))
+            for label, t in (("old", old), ("new", new))
         ]
         listeners = [asyncio.create_task(listen(f"{base}/mcp", traffic)) for _ in range(LISTENERS)]
         await until("a first sample", lambda s: s.template == {old})
@@ -420,7 +466,7 @@ async def test_rotation_on_running_pods_refuses_no_sender_and_drops_no_listener(
             task.cancel()
         await asyncio.gather(*listeners)
         samples = list(sampler.samples)
-    pods = answered_by(control_plane, namespace)
+    pods = answered_by(connections, sampler.pod_names)
     sent = traffic.sent
     print(
         f"\nrotation (kill: {kill}): {len(sent)} requests in {moments.done - moments.edit:.1f}s after the edit; "
@@ -460,10 +506,10 @@ async def test_rotation_on_running_pods_refuses_no_sender_and_drops_no_listener(
     assert_not_logged(operators.log, old, new)
     for replica in operators.processes:
         assert_absent(str(replica.metrics()), f"{replica.pod_name}'s /metrics", old, new)
-    pod_logs = sorted((control_plane.logs_dir / "pods").glob(f"{namespace}_*.log"))
-    assert pod_logs
-    for log in (control_plane.log("mcpg-kubelet"), control_plane.logs_dir / "service-connections.jsonl", *pod_logs):
-        assert_not_logged(log, old, new)
+    assert pod_logs.texts
+    for path, text in pod_logs.texts.items():
+        assert_absent(text, str(path), old, new)
+    assert_not_logged(control_plane.log("kubelet"), old, new)
     # 5. The rotation finished, and the status says so; after a kill, under another replica's lead.
     assert operators.leader().pod_name not in killed
     status = api.get(f"/apis/mcpg.dev/v1alpha1/namespaces/{namespace}/webhooktokens/reports-token")["status"]

@@ -1,12 +1,12 @@
-"""Scaled out on real pods: a 3-replica gateway and the operator's NATS bus, every process run by the local kubelet.
+"""Scaled out on real pods: a 3-replica gateway and the operator's NATS bus, every container run by the real node.
 
 The session operator runs gateways with 3 replicas, so it renders the bus for every namespace: an account on the
 managed NATS server (`mcpg-bus` in the operator's namespace), the namespace's credentials Secret, the bus block in
 the configuration (by `${env.NAME}`, never the password itself) and `sessionAffinity: ClientIP` on the Service.
-Clients hold streams of both eras on each pod directly (as ClientIP affinity pins a handshake-era client to one
-pod) and a listen stream through the Service; webhooks go through the Service and to each pod in turn. Every
-client must be told exactly once per post, whichever pod received it; then a rollout in the middle: webhooks
-through the Service keep being answered 200, and the new pods serve as one.
+Clients hold streams of both eras on each pod directly, at its pod IP (as ClientIP affinity pins a handshake-era
+client to one pod) and a listen stream through the Service's ClusterIP; webhooks go through the Service and to
+each pod in turn. Every client must be told exactly once per post, whichever pod received it; then a rollout in
+the middle: webhooks through the Service keep being answered 200, and the new pods serve as one.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import hashlib
 import json
 import time
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -29,8 +28,8 @@ from mcpg_testing.clients import Subscription, legacy_client, listen_client, sub
 from mcpg_testing.controlplane import ControlPlane
 from mcpg_testing.leaks import assert_absent
 from mcpg_testing.manifests import polled
-from mcpg_testing.operators import OperatorReplicas
 from mcpg_testing.pods import gateway_pods
+from mcpg_testing.release import OperatorRelease
 
 URI, SENTINEL = "scaled://reports", "scaled://sentinel"
 CLIENT_TOKEN = "scale-out-client-" + "s" * 24
@@ -119,7 +118,7 @@ async def clients_on(pods: dict[str, str], service: str) -> AsyncIterator[list[S
 
 
 async def test_three_replicas_serve_as_one_over_the_operators_bus_and_through_a_rollout(
-    control_plane: ControlPlane, operators: OperatorReplicas, namespace: str
+    control_plane: ControlPlane, operators: OperatorRelease, namespace: str
 ) -> None:
     docs = "\n---\n".join(yaml.safe_dump(d) for d in manifests())
     control_plane.kubectl("-n", namespace, "apply", "-f", "-", stdin=docs)
@@ -221,10 +220,9 @@ def bus_pod(plane: ControlPlane) -> tuple[str, str, list[int]]:
     return pod["metadata"]["name"], pod["metadata"]["uid"], restarts
 
 
-def pod_log(plane: ControlPlane, ns: str, name: str, container: str | None = None) -> str:
-    """What a container of a local pod printed (its first container's by default)."""
-    record = plane.local_pods()[f"{ns}/{name}"]
-    return Path(record["containers"][container]["log"] if container else record["log"]).read_text()
+def pod_log(plane: ControlPlane, ns: str, name: str, container: str = "*") -> str:
+    """What a container of a pod printed (any of its containers' by default), over all its restarts."""
+    return plane.pod_log(ns, name, container)
 
 
 def reloads_of(plane: ControlPlane, bus: str) -> int:
@@ -234,7 +232,7 @@ def reloads_of(plane: ControlPlane, bus: str) -> int:
 
 
 async def test_a_namespace_joining_the_bus_reloads_the_server_and_no_other_namespace_notices(
-    control_plane: ControlPlane, operators: OperatorReplicas, namespace: str
+    control_plane: ControlPlane, operators: OperatorRelease, namespace: str
 ) -> None:
     """A second namespace gains its account by a reload of the running server (the sidecar), not a new server:
     the first namespace's gateways keep their connections, and the second's can publish through it."""
@@ -245,6 +243,8 @@ async def test_a_namespace_joining_the_bus_reloads_the_server_and_no_other_names
     control_plane.kubectl(
         "-n", installation.OPERATOR_NAMESPACE, "rollout", "status", "deploy/mcpg-bus", f"--timeout={ROLLOUT_S:.0f}s"
     )
+    # Ready means served by an available pod; the other replicas may still be starting.
+    control_plane.kubectl("-n", first, "rollout", "status", "deployment/mcpg-gateway", f"--timeout={ROLLOUT_S:.0f}s")
     before = bus_pod(control_plane)
     first_pods = gateway_pods(control_plane, first)
     reloads = reloads_of(control_plane, before[0])
@@ -253,6 +253,9 @@ async def test_a_namespace_joining_the_bus_reloads_the_server_and_no_other_names
         control_plane.kubectl("-n", second, "apply", "-f", "-", stdin=docs)
         control_plane.kubectl("-n", second, "wait", "--for=condition=Ready", "resourcewatch/reports", "--timeout=150s")
         hook = f"/webhooks/resource-updated/{token(control_plane, second, 'reports')}"
+        control_plane.kubectl(
+            "-n", second, "rollout", "status", "deployment/mcpg-gateway", f"--timeout={ROLLOUT_S:.0f}s"
+        )
         second_pods = gateway_pods(control_plane, second)
         assert len(second_pods) == 3, second_pods
         for base in second_pods.values():  # 200 only once the fire is on the bus: the account exists

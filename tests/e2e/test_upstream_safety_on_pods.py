@@ -1,12 +1,13 @@
 """The read rules hold as shipped: a ResourceWatch's `maxResponseBytes` passes through the CRD and the operator into
 the gateway pods, and a caller reaching them through the Service cannot step a variable out of its segment nor
-respell a URI past the gateway. The upstream is a real HTTP server on loopback, where the pods' processes run.
+respell a URI past the gateway. The upstream is a real HTTP server on the node's address, which the pods reach
+from their own network namespaces over the node's bridge.
 """
 
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -14,14 +15,24 @@ import yaml
 from mcp.shared.exceptions import MCPError
 
 from mcpg_gateway import errors
+from mcpg_testing import upstream as upstreams
 from mcpg_testing.clients import connected
 from mcpg_testing.controlplane import ControlPlane
+from mcpg_testing.nodeconfig import NODE_IP
 from mcpg_testing.pods import apply
+from mcpg_testing.release import OperatorRelease
 from mcpg_testing.upstream import Upstream
 
 CLIENT_TOKEN = "safety-client-" + "s" * 24
 HEADERS = {"authorization": f"Bearer {CLIENT_TOKEN}"}
 CAP = 64
+
+
+@pytest.fixture
+async def upstream() -> AsyncIterator[Upstream]:
+    """The shared upstream, but on the node's address: a pod's loopback is its own."""
+    async with upstreams.serve(NODE_IP) as served:
+        yield served
 
 
 def manifests(upstream: str) -> list[dict[str, Any]]:
@@ -54,7 +65,7 @@ async def read_error(url: str, uri: str) -> MCPError:
 
 
 async def test_the_read_rules_hold_on_the_gateway_pods(
-    control_plane: ControlPlane, operator: Path, namespace: str, upstream: Upstream
+    control_plane: ControlPlane, operator: OperatorRelease, namespace: str, upstream: Upstream
 ) -> None:
     upstream.set("/docs/small", '{"ok": true}')
     upstream.set("/docs/big", '{"pad": "' + "x" * 4 * CAP + '"}')

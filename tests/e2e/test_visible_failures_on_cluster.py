@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +19,7 @@ import yaml
 from mcpg_testing.controlplane import ControlPlane
 from mcpg_testing.manifests import polled, refusing_gateway_services
 from mcpg_testing.processes import wait_until
+from mcpg_testing.release import OperatorRelease
 
 BOUND = "90s"
 POLICY_MESSAGE = "the platform team must approve gateway Services in this namespace"
@@ -64,7 +64,7 @@ def _wait_reason(plane: ControlPlane, namespace: str, name: str, reason: str) ->
 
 
 def test_an_admission_refusal_of_the_gateway_reaches_every_watch_and_clears_once_lifted(
-    control_plane: ControlPlane, operator: Path, namespace: str, refusing_policy: str
+    control_plane: ControlPlane, operator: OperatorRelease, namespace: str, refusing_policy: str
 ) -> None:
     docs = "\n---\n".join(yaml.safe_dump(polled(n)) for n in ("first", "second"))
     control_plane.kubectl("-n", namespace, "apply", "-f", "-", stdin=docs)

@@ -1,7 +1,8 @@
-"""A small asyncio client of the API server for the local kubelet: get, patch, delete, and list-then-watch.
+"""A small asyncio client of the API server for tests: get, patch, delete, and list-then-watch.
 
-The kubelet stand-in needs five calls and a watch that survives a dropped stream or an expired resourceVersion
-(it lists again); aiohttp with the admin kubeconfig's token is all of it.
+A test that drives the API faster than kubectl can (test_operator_under_load's edits, several a second) needs a
+few calls and a watch that survives a dropped stream or an expired resourceVersion (it lists again); aiohttp with
+a kubeconfig's token is all of it.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ class ApiClient:
         config = yaml.safe_load(kubeconfig.read_text())
         self.server = config["clusters"][0]["cluster"]["server"]
         token = config["users"][0]["user"]["token"]
-        # The control plane's apiserver serves a self-signed loopback certificate (the kubeconfigs skip it too).
+        # The control plane's apiserver serves a self-signed certificate (the kubeconfigs skip verifying it too).
         self.http = aiohttp.ClientSession(
             headers={"Authorization": f"Bearer {token}"},
             connector=aiohttp.TCPConnector(ssl=False),

@@ -1,9 +1,11 @@
-"""A real local Kubernetes control plane, started from the binaries `make binaries` caches.
+"""A real local Kubernetes cluster, started from the binaries `make binaries` caches.
 
-etcd, kube-apiserver (RBAC, static tokens), kube-controller-manager, kube-scheduler and kwok (one fake Node)
-run as plain processes on free loopback ports, so a test run and a `make cluster-up` cluster coexist. PIDs
-live in the state directory; `down` stops exactly those PIDs. What each component is given is in
-`components.py`; this module starts, waits for and stops them.
+etcd, kube-apiserver (RBAC, static tokens), kube-controller-manager, kube-scheduler, kwok (one fake Node, for
+scale scenarios) and a real node: containerd (runc, CNI), the kubelet, kube-proxy and CoreDNS. The images the
+node runs are built from the Dockerfiles (`oci.py`) and imported into its runtime. The node is the machine's
+only one (`node.py` claims it), so a test run and a `make cluster-up` cluster take turns. PIDs live in the state
+directory; `down` stops exactly those PIDs. What each component is given is in `components.py` and
+`nodeconfig.py`; this module starts, waits for and stops them.
 
     python -m mcpg_testing.controlplane up|down|status --state DIR    (or hack/controlplane.py)
 """
@@ -17,17 +19,19 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypedDict
 
-from mcpg_testing import components, runtimes
-from mcpg_testing.components import COMPONENTS, KUBELET, KWOK_STAGES, NODE_NAME, Endpoints, Layout
+from mcpg_testing import components, node, oci
+from mcpg_testing.components import COMPONENTS, HOST_BINARIES, KWOK_NODE, KWOK_STAGES, Endpoints, Layout
+from mcpg_testing.nodeconfig import NODE_NAME
 from mcpg_testing.processes import WaitTimeout, die_with_parent_hook, pid_alive, send_signal, tail, wait_until
 
 logger = logging.getLogger(__name__)
@@ -56,10 +60,19 @@ def default_bin_dir() -> Path:
 class ControlPlane:
     """One control plane whose files live in `state_dir`; usable as a context manager."""
 
-    def __init__(self, state_dir: Path, bin_dir: Path | None = None, *, die_with_parent: bool = False) -> None:
-        """`die_with_parent`: the components get SIGKILL when this process (thread) dies; for tests."""
+    def __init__(
+        self,
+        state_dir: Path,
+        bin_dir: Path | None = None,
+        *,
+        die_with_parent: bool = False,
+        images: Sequence[str] = oci.ALL,
+    ) -> None:
+        """`die_with_parent`: the components get SIGKILL when this process (thread) dies; for tests. `images`:
+        the images (`oci.REFERENCES` names) built and imported into the node's runtime."""
         self.layout = Layout(state_dir.resolve(), (bin_dir or default_bin_dir()).resolve())
         self.die_with_parent = die_with_parent
+        self.images = tuple(images)
         self._children: dict[str, subprocess.Popen[bytes]] = {}
 
     @property
@@ -87,6 +100,11 @@ class ControlPlane:
 
     def binary(self, name: str) -> Path:
         """The cached binary (or kwok stages file) `name`; a clear error if it was not built."""
+        if name in HOST_BINARIES:
+            found = shutil.which(name)
+            if found is None:
+                raise ControlPlaneError(f"{name} is not installed: run `make node-packages`")
+            return Path(found)
         path = self.bin_dir / name
         if not os.access(path, os.R_OK if name == KWOK_STAGES else os.X_OK):
             raise ControlPlaneError(f"{path} is missing: run `make binaries` to build the control plane")
@@ -96,44 +114,69 @@ class ControlPlane:
         return self.logs_dir / f"{component}.log"
 
     def log_tails(self, lines: int = 25, pods: int = 4) -> str:
-        """The tail of every component's log and of the `pods` most recently written pod logs, for a report."""
+        """The tail of every component's log and of the `pods` most recently written container logs, for a
+        report."""
         logs = [self.log(c) for c in COMPONENTS]
-        pod_logs = sorted((self.logs_dir / "pods").glob("*.log"), key=lambda p: p.stat().st_mtime)[-pods:]
-        return "\n".join(f"--- {path.stem} ({path}) ---\n{tail(path, lines)}" for path in logs + pod_logs)
+        pod_logs = sorted(self.pod_logs(), key=lambda p: p.stat().st_mtime)[-pods:]
+        return "\n".join(f"--- {path} ---\n{tail(path, lines)}" for path in logs + pod_logs)
 
-    # -- the local kubelet's Service stand-ins ------------------------------------------------------------
+    def pod_logs(self, namespace: str = "*", pod: str = "*", container: str = "*") -> list[Path]:
+        """The kubelet's container log files (every restart's) of the pods matching these glob patterns."""
+        root = self.layout.node.pod_logs
+        return sorted(root.glob(f"{namespace}_{pod}_*/{container}/*.log"))
 
-    def service_port(self, namespace: str, name: str, port: str | int = "http", timeout: float = READY_TIMEOUT) -> int:
-        """The loopback port standing in for Service `namespace/name`'s `port` (by name or number), once the local
-        kubelet opened it; a Service only reaches pods that the local kubelet runs and that are Ready. Pods reach
-        the same port through `<name>.<namespace>.svc:<port>` (the local kubelet's cluster DNS, `podspec`)."""
-        found: list[int] = []
-        key = str(port)  # services.json keys each port by its name and by its number, both as text
+    def pod_log(self, namespace: str, pod: str, container: str = "*") -> str:
+        """What a pod's container (any, if not named) printed over all its restarts, without the CRI prefix."""
+        lines = []
+        for path in self.pod_logs(namespace, pod, container):
+            # `<time> <stream> <F|P> <text>`: the kubelet's CRI log format
+            lines += [line.split(" ", 3)[3] for line in path.read_text().splitlines() if line.count(" ") >= 3]
+        return "\n".join(lines)
 
-        def opened() -> bool:
-            try:
-                record = json.loads(self.layout.services.read_text())
-            except (OSError, ValueError):
+    def crictl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """The node's runtime, as `crictl` on a node sees it."""
+        argv = [str(self.binary("crictl")), f"--config={self.layout.node.crictl_config}", *args]
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=KUBECTL_TIMEOUT, check=False)
+        if check and result.returncode != 0:
+            raise ControlPlaneError(f"crictl {' '.join(args)} failed ({result.returncode}):\n{result.stderr}")
+        return result
+
+    # -- Services ------------------------------------------------------------------------------
+
+    def service_address(
+        self, namespace: str, name: str, port: str | int = "http", timeout: float = READY_TIMEOUT
+    ) -> tuple[str, int]:
+        """Service `namespace/name`'s ClusterIP and `port` (by name or number), once a ready endpoint backs it:
+        kube-proxy's rules take a connection there to one of its Ready pods."""
+        found: list[tuple[str, int]] = []
+
+        def backed() -> bool:
+            service = self._get_json("-n", namespace, "service", name)
+            if service is None:
                 return False
-            found[:] = [int(record[f"{namespace}/{name}"][key])] if key in record.get(f"{namespace}/{name}", {}) else []
-            return bool(found)
+            ports = service["spec"].get("ports", [])
+            matching = [p for p in ports if str(port) in (p.get("name"), str(p["port"]))]
+            slices = self._get_json("-n", namespace, "endpointslices", "-l", f"kubernetes.io/service-name={name}")
+            ready = [
+                e
+                for s in (slices or {}).get("items", [])
+                for e in s.get("endpoints") or []
+                if e.get("conditions", {}).get("ready")
+            ]
+            found[:] = [(service["spec"]["clusterIP"], int(matching[0]["port"]))] if matching and ready else []
+            return bool(found) and _connects(*found[0])  # kube-proxy's rules follow the slices within a second
 
-        wait_until(opened, timeout, f"the local stand-in of service {namespace}/{name} port {port}")
+        wait_until(backed, timeout, f"a ready endpoint behind service {namespace}/{name} port {port}", interval=0.2)
         return found[0]
 
     def service_url(self, namespace: str, name: str, port: str | int = "http", scheme: str = "http") -> str:
-        """`scheme://127.0.0.1:<stand-in port>`: e.g. the bus as `service_url(ns, "mcpg-bus", 4222, "nats")`."""
-        return f"{scheme}://127.0.0.1:{self.service_port(namespace, name, port)}"
+        """`scheme://<ClusterIP>:<port>`: e.g. the bus as `service_url(ns, "mcpg-bus", 4222, "nats")`."""
+        host, number = self.service_address(namespace, name, port)
+        return f"{scheme}://{host}:{number}"
 
-    def local_pods(self) -> dict[str, dict[str, Any]]:
-        """`namespace/pod` -> what the local kubelet records of it: uid, ip, pid, host ports by containerPort, log,
-        dir (its volumes are under `dir`/volumes/<volume>) and services (each Service address its launch mapped
-        -> the loopback address it got)."""
-        try:
-            record: dict[str, dict[str, Any]] = json.loads(self.layout.pods.read_text())
-        except (OSError, ValueError):
-            return {}
-        return record
+    def _get_json(self, *args: str) -> Any:
+        result = self.kubectl("get", *args, "-o", "json", check=False)
+        return json.loads(result.stdout) if result.returncode == 0 else None
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -156,34 +199,36 @@ class ControlPlane:
     def _save(self, endpoints: Endpoints, processes: dict[str, Recorded]) -> None:
         record = {"server": endpoints.server, "processes": processes}
         self.layout.record.write_text(json.dumps(record, indent=2) + "\n")
+        node.record_pids(self.layout.node, {n: {"pid": p["pid"], "argv0": p["argv0"]} for n, p in processes.items()})
 
     # -- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start every component and return once the fake node is Ready; clean up on failure."""
-        for name in (*COMPONENTS, "kubectl", KWOK_STAGES):
-            if name != KUBELET:
-                self.binary(name)  # a clear error now if `make binaries` was not run
+        """Start every component and return once both nodes are Ready and cluster DNS answers; clean up on
+        failure."""
+        for name in (*COMPONENTS, "kubectl", "crictl", KWOK_STAGES):
+            self.binary(name)  # a clear error now if `make binaries` was not run
         if self.processes():
             logger.info("stopping what is left of a previous control plane in %s", self.state_dir)
             self.stop()
         started = time.monotonic()
+        archives = oci.ensure(self.images)  # before anything runs: a cold build takes minutes
         try:
-            self._start()
+            self._start(list(archives.values()))
         except BaseException:
             logger.error("control plane failed to start; stopping what was started")
             self.stop()
             raise
         logger.info("control plane ready in %.1fs (kubeconfig %s)", time.monotonic() - started, self.kubeconfig)
 
-    def _start(self) -> None:
+    def _start(self, archives: list[Path]) -> None:
         self.logs_dir.mkdir(parents=True, exist_ok=True)
-        defaults = self.binary(KWOK_STAGES).read_text()
-        self.layout.kwok_stages.write_text(components.kwok_stages(defaults, *runtimes.local_images()))
+        node.claim(self.layout.node)  # the bridge first: the API server listens on its address
         self.layout.pki.mkdir(mode=0o700)  # keys and tokens
         self.layout.etcd_data.mkdir(mode=0o700)
         endpoints = Endpoints.pick()
         admin_token = components.write_credentials(self.layout, endpoints)
+        node.write_configs(self.layout.node, self.kubeconfig, endpoints.dns_ready)
         processes: dict[str, Recorded] = {}
         for name in COMPONENTS:
             argv = components.argv(name, self.layout, endpoints)
@@ -195,9 +240,19 @@ class ControlPlane:
                 self._await(name, lambda: _request(endpoints.server, "GET", "/readyz", admin_token)[0] == 200)
             elif name == "kwok":
                 self._create_node(endpoints, admin_token)
-                self._await("kwok", lambda: _node_ready(endpoints, admin_token), f"node {NODE_NAME} Ready")
-            elif name == KUBELET:
-                self._await(name, self.layout.kubelet_ready.exists, "the local kubelet to follow the node")
+                self._await("kwok", lambda: _node_ready(endpoints, admin_token, KWOK_NODE), f"node {KWOK_NODE} Ready")
+            elif name == "containerd":
+                self._await(name, self._runtime_answers, "containerd to answer")
+                node.import_images(self.layout.node, archives)
+            elif name == "kubelet":
+                self._await(name, lambda: _node_ready(endpoints, admin_token, NODE_NAME), f"node {NODE_NAME} Ready")
+            elif name == "kube-proxy":
+                self._await(name, _service_rules_programmed, "kube-proxy to program the kubernetes Service")
+            elif name == "coredns":
+                self._await(name, lambda: _dns_ready(endpoints), "CoreDNS to sync")
+
+    def _runtime_answers(self) -> bool:
+        return self.crictl("version", check=False).returncode == 0
 
     def _spawn(self, name: str, argv: list[str]) -> int:
         with self.log(name).open("wb") as out:
@@ -236,11 +291,23 @@ class ControlPlane:
     def _create_node(self, endpoints: Endpoints, token: str) -> None:
         status, body = _request(endpoints.server, "POST", "/api/v1/nodes", token, components.fake_node())
         if status != 201:
-            raise ControlPlaneError(f"creating node {NODE_NAME} failed ({status}): {body[:500]!r}")
+            raise ControlPlaneError(f"creating node {KWOK_NODE} failed ({status}): {body[:500]!r}")
 
     def stop(self) -> None:
-        """SIGTERM every recorded PID, SIGKILL what outlives STOP_TIMEOUT, then remove the data."""
+        """Stop the kubelet, remove every pod through the runtime, stop the other components (SIGTERM, SIGKILL
+        after STOP_TIMEOUT), put the host back as the node found it, then remove the data."""
         processes = self.processes()
+        self._stop_processes({n: p for n, p in processes.items() if n == "kubelet"})
+        if self.alive().get("containerd"):
+            node.remove_pods(self.layout.node, self.binary("crictl"))  # nothing recreates them now
+        self._stop_processes(processes)
+        node.release(self.layout.node)
+        for path in (self.layout.etcd_data, self.layout.pki, self.layout.kubectl_cache, self.layout.node.root):
+            shutil.rmtree(path, ignore_errors=True)
+        for path in (self.kubeconfig, self.operator_kubeconfig, self.layout.record):
+            path.unlink(missing_ok=True)
+
+    def _stop_processes(self, processes: dict[str, Recorded]) -> None:
         live = {n: p for n, p in processes.items() if pid_alive(p["pid"], p["argv0"])}
         for name, p in live.items():
             logger.info("stopping %s (pid %d)", name, p["pid"])
@@ -250,15 +317,9 @@ class ControlPlane:
                 send_signal(p["pid"], signal.SIGKILL)
             if not self._await_exit(live, STOP_TIMEOUT):
                 raise ControlPlaneError(f"processes survived SIGKILL: {sorted(self._still_alive(live))}")
-        for proc in self._children.values():
-            proc.wait(timeout=STOP_TIMEOUT)  # reap our own children
-        self._children.clear()
-        # pods/: what the local kubelet wrote for pods still running at the stop, Secret volumes included.
-        for path in (self.layout.etcd_data, self.layout.pki, self.layout.kubectl_cache, self.layout.pod_dirs):
-            shutil.rmtree(path, ignore_errors=True)
-        records = (self.layout.record, self.layout.kubelet_ready, self.layout.services, self.layout.pods)
-        for path in (self.kubeconfig, self.operator_kubeconfig, *records):
-            path.unlink(missing_ok=True)
+        for name in live:
+            if name in self._children:
+                self._children.pop(name).wait(timeout=STOP_TIMEOUT)  # reap our own children
 
     def _still_alive(self, processes: dict[str, Recorded]) -> list[str]:
         for proc in self._children.values():
@@ -329,12 +390,31 @@ def _request(base: str, method: str, path: str, token: str = "", body: object = 
         conn.close()
 
 
-def _node_ready(endpoints: Endpoints, token: str) -> bool:
-    status, body = _request(endpoints.server, "GET", f"/api/v1/nodes/{NODE_NAME}", token)
+def _node_ready(endpoints: Endpoints, token: str, name: str) -> bool:
+    status, body = _request(endpoints.server, "GET", f"/api/v1/nodes/{name}", token)
     if status != 200:
         return False
     conditions = json.loads(body).get("status", {}).get("conditions", [])
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def _connects(host: str, port: int) -> bool:
+    """A TCP connection to `host:port` is accepted (a ClusterIP without programmed endpoints rejects it)."""
+    try:
+        socket.create_connection((host, port), timeout=2).close()
+    except OSError:
+        return False
+    return True
+
+
+def _dns_ready(endpoints: Endpoints) -> bool:
+    return _request(f"http://127.0.0.1:{endpoints.dns_ready}", "GET", "/ready")[0] == 200
+
+
+def _service_rules_programmed() -> bool:
+    """kube-proxy's nat rules hold the `kubernetes` Service (the first address of the Service range)."""
+    result = subprocess.run(["iptables", "-t", "nat", "-S", "KUBE-SERVICES"], capture_output=True, text=True)
+    return result.returncode == 0 and "default/kubernetes:https" in result.stdout
 
 
 # -- command line ------------------------------------------------------------------------------

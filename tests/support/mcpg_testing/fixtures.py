@@ -1,46 +1,76 @@
-"""pytest fixtures for the tiers that run what ships: the image envs, a control plane, and the operator on it.
+"""pytest fixtures for the tiers that run what ships: the image envs, a cluster, and the operator on it.
 
-One control plane per session (etcd, apiserver, controllers, scheduler, a kwok node) with mcpg's CRDs and the
-chart's RBAC installed, `mcpg-operator` from `.venv-operator` under the chart's ServiceAccount, and a fresh
+One cluster per session (etcd, apiserver, controllers, scheduler, a kwok node and the real node) with the
+product's images built from their Dockerfiles and imported into the node's runtime; the operator installed by
+`helm install` of the chart (its CRDs, RBAC and two replicas from its image, on the real node); and a fresh
 namespace per test. Use as a plugin (`pytest_plugins = ["mcpg_testing.fixtures"]` in the top-level conftest)
-or import the fixtures by name into a conftest or test module. When a test using the control plane fails, the
-tail of each component's log is attached to its report.
+or import the fixtures by name into a conftest or test module. When a test using the cluster fails, the tail of
+each component's log is attached to its report.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 from collections.abc import Generator, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from mcpg_testing import images, installation, runtimes
+from mcpg_testing import images, installation, oci
 from mcpg_testing.controlplane import ControlPlane
 from mcpg_testing.images import ImageEnv
-from mcpg_testing.operators import OperatorReplicas
+from mcpg_testing.release import OperatorRelease
+
+CHART_DEFAULTS: dict[str, Any] = yaml.safe_load((installation.CHART / "values.yaml").read_text())
+GATEWAY_RESOURCES: dict[str, Any] = CHART_DEFAULTS["gateway"]["resources"]
+"""What every gateway pod is given unless its McpGateway says otherwise: the chart's default, kept in the tests.
+Its CPU request is the pod's share of the node's 2 cores under contention (cgroup cpu.shares): a smaller one
+starved the gateways while an operator replica started, and senders timed out."""
+
+
+def _image(reference: str) -> dict[str, str]:
+    repository, _, tag = reference.rpartition(":")
+    return {"repository": repository, "tag": tag, "pullPolicy": "Never"}  # imported, never pulled
+
+
+CHART_VALUES: dict[str, Any] = {
+    "image": _image(oci.OPERATOR_IMAGE),
+    "resyncSeconds": 5,
+    # Two replicas contend for the Lease, as the chart runs them; a short lease makes a killed leader's successor
+    # take over within seconds (the chart keeps controller-runtime's 15 s).
+    "leaderElection": {"leaseDurationSeconds": 4, "renewDeadlineSeconds": 3, "retryPeriodSeconds": 1},
+    "gateway": {
+        "image": _image(oci.GATEWAY_IMAGE),
+        # Three replicas rolled one at a time: more interleavings for the rotation samples to cover.
+        "replicas": 3,
+        # Not the gateway's defaults, so a test can tell they were rendered (`test_limits_on_pods.py`); looser
+        # than the defaults where another test might meet them. The write deadline is shorter, so a pod can be
+        # seen holding it within a test's bound: no test's client leaves its buffers full for seconds.
+        "limits": {"watches_per_principal": 12, "listen_streams_per_principal": 96, "write_timeout_s": 5},
+        "subscriptions": {"idle_after_s": 2400},
+        # Beyond the chart's bounds on McpGateways, as an admin may allow: tests/e2e/test_gateway_settings.py
+        # chooses a node port and sets an lb.example/ annotation (the other bounds are the defaults:
+        # test_gateway_bounds_on_cluster).
+        "bounds": {"nodePorts": True, "serviceAnnotations": ["lb.example/"]},
+    },
+}
+"""The values file the session's `helm install` takes: the chart's defaults but for these."""
 
 OPERATOR_SETTINGS = {
-    # As the chart's downward API sets it: the Lease of the leader election lives beside the operator.
+    # What CHART_VALUES has the chart set, for the tests that run an operator process of their own.
     "POD_NAMESPACE": installation.OPERATOR_NAMESPACE,
     "MCPG_RESYNC_SECONDS": "5",
-    # Gateway pods of this image are run by the local kubelet (`runtimes.IMAGES`), for real.
-    "MCPG_GATEWAY_IMAGE": runtimes.GATEWAY_IMAGE,
-    # Three replicas rolled one at a time: more interleavings for the rotation samples to cover.
+    "MCPG_GATEWAY_IMAGE": oci.GATEWAY_IMAGE,
+    "MCPG_GATEWAY_IMAGE_PULL_POLICY": "Never",
     "MCPG_GATEWAY_REPLICAS": "3",
-    # Not the gateway's defaults, so a test can tell they were rendered (`test_limits_on_pods.py`); looser than
-    # the defaults where another test might meet them. The write deadline is shorter, so a pod can be seen holding
-    # it within a test's bound: no test's client leaves its buffers full for seconds.
     "MCPG_GATEWAY_LIMITS": '{"watches_per_principal": 12, "listen_streams_per_principal": 96, "write_timeout_s": 5}',
     "MCPG_GATEWAY_SUBSCRIPTIONS": '{"idle_after_s": 2400}',
-    # Beyond the chart's bounds on McpGateways, as an admin may allow: tests/e2e/test_gateway_settings.py chooses a
-    # node port and sets an lb.example/ annotation (the other bounds are the defaults: test_gateway_bounds_on_cluster).
+    "MCPG_GATEWAY_RESOURCES": json.dumps(GATEWAY_RESOURCES),
     "MCPG_GATEWAY_ALLOW_NODE_PORTS": "true",
     "MCPG_GATEWAY_ALLOWED_SERVICE_ANNOTATIONS": "lb.example/",
-    # Two operator replicas contend for the Lease, as the chart runs them; a short lease makes a killed leader's
-    # successor take over within seconds (the chart keeps controller-runtime's 15 s).
     "MCPG_LEADER_ELECTION_LEASE_DURATION_SECONDS": "4",
     "MCPG_LEADER_ELECTION_RENEW_DEADLINE_SECONDS": "3",
     "MCPG_LEADER_ELECTION_RETRY_PERIOD_SECONDS": "1",
@@ -61,7 +91,7 @@ def operator_env() -> ImageEnv:
 
 @pytest.fixture(scope="session")
 def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    """A running control plane (etcd, apiserver, controllers, scheduler, kwok node) for the session."""
+    """A running cluster (control plane, kwok node, real node with the product's images) for the session."""
     # die_with_parent: a killed pytest must not leave the components running
     with ControlPlane(tmp_path_factory.mktemp("control-plane"), die_with_parent=True) as plane:
         yield plane
@@ -73,27 +103,25 @@ def crds(control_plane: ControlPlane) -> None:
 
 
 @pytest.fixture(scope="session")
-def chart_rbac(control_plane: ControlPlane, crds: None) -> None:
-    """The chart's ServiceAccount, ClusterRole and binding, rendered by helm and applied as a user would."""
-    installation.install_chart_rbac(control_plane)
+def operators(
+    control_plane: ControlPlane, crds: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorRelease]:
+    """The chart, installed by `helm install`: two operator pods from its image, one of them leading."""
+    with OperatorRelease(control_plane, CHART_VALUES, tmp_path_factory.mktemp("release")) as release:
+        yield release
 
 
 @pytest.fixture(scope="session")
-def operators(
-    control_plane: ControlPlane, chart_rbac: None, operator_env: ImageEnv, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[OperatorReplicas]:
-    """Two `mcpg-operator` replicas from its image env, as the chart's ServiceAccount, one of them leading."""
-    log = tmp_path_factory.mktemp("operator") / "operator.log"
-    kubeconfig = control_plane.operator_kubeconfig
-    with OperatorReplicas(operator_env, kubeconfig, log, OPERATOR_SETTINGS, ["--verbose"]) as replicas:
-        yield replicas
+def chart_rbac(operators: OperatorRelease) -> None:
+    """The chart's ServiceAccount, roles and bindings, as its release installed them (an operator process of a
+    test's own runs under them, by the control plane's token for that ServiceAccount)."""
 
 
 @pytest.fixture
-def operator(operators: OperatorReplicas) -> Path:
-    """The operator's log file (every replica writes to it), once a replica is active."""
+def operator(operators: OperatorRelease) -> OperatorRelease:
+    """The installed operator, once a replica leads."""
     operators.leader()
-    return operators.log
+    return operators
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
 """Pods in the end-to-end tier: apply them, read one back, tell whether it is Ready, find the gateway pods.
 
-The kubelet's own tests and the bus pod's tests both drive pods through kubectl, as a user would.
+Tests drive pods through kubectl, as a user would, and reach a pod at its pod IP: the node's bridge routes the
+pod range from the host.
 """
 
 from __future__ import annotations
@@ -28,17 +29,28 @@ def is_ready(pod: dict[str, Any]) -> bool:
 
 
 def gateway_pods(plane: ControlPlane, ns: str, port: str = "8080") -> dict[str, str]:
-    """Pod name -> the base URL of its container `port` (the public one by default), for the Ready gateway pods
-    of `ns` that the operator rendered (the local kubelet's records)."""
+    """Pod name -> `http://<pod IP>:<port>` (the public port by default), for the Ready gateway pods of `ns` that
+    the operator rendered and that are not being deleted."""
     listed = plane.kubectl("-n", ns, "get", "pods", "-l", "app.kubernetes.io/name=mcpg-gateway", "-o", "json")
-    ready = {
-        p["metadata"]["name"]
+    return {
+        p["metadata"]["name"]: f"http://{p['status']['podIP']}:{port}"
         for p in json.loads(listed.stdout)["items"]
-        if p["metadata"].get("deletionTimestamp") is None and is_ready(p)
+        if p["metadata"].get("deletionTimestamp") is None and is_ready(p) and p["status"].get("podIP")
     }
-    out = {}
-    for key, record in plane.local_pods().items():
-        pod_ns, name = key.split("/", 1)
-        if pod_ns == ns and name in ready:
-            out[name] = f"http://127.0.0.1:{record['ports'][port]}"
-    return out
+
+
+def _labels(ns: str, pod: str) -> list[str]:
+    """crictl's selection of one pod's containers: the kubelet labels each with its pod's namespace and name."""
+    return ["--label", f"io.kubernetes.pod.namespace={ns}", "--label", f"io.kubernetes.pod.name={pod}"]
+
+
+def container_pid(plane: ControlPlane, ns: str, pod: str, container: str) -> int:
+    """The host PID of pod `ns/pod`'s running container `container`, as the node's runtime reports it."""
+    listed = plane.crictl("ps", "-q", *_labels(ns, pod), "--name", f"^{container}$")
+    [found] = listed.stdout.split()
+    return int(json.loads(plane.crictl("inspect", found).stdout)["info"]["pid"])
+
+
+def containers(plane: ControlPlane, ns: str, pod: str) -> list[str]:
+    """The IDs of every container of pod `ns/pod` the node's runtime still has, exited ones included."""
+    return plane.crictl("ps", "-a", "-q", *_labels(ns, pod)).stdout.split()

@@ -31,12 +31,15 @@ def small_window(small_segments: bool = False) -> socket.socket:
     return sock
 
 
-async def started(sock: socket.socket, port: int, head: str, body: bytes, until: bytes) -> socket.socket:
-    """Send one request (`head` without its Content-Length) on `sock`; read its answer up to `until` only."""
+async def started(
+    sock: socket.socket, port: int, head: str, body: bytes, until: bytes, host: str = "127.0.0.1"
+) -> socket.socket:
+    """Send one request (`head` without its Content-Length) on `sock` to `host:port`; read its answer up to
+    `until` only."""
     loop = asyncio.get_running_loop()
     received = b""
     async with asyncio.timeout(BOUND_S):
-        await loop.sock_connect(sock, ("127.0.0.1", port))
+        await loop.sock_connect(sock, (host, port))
         await loop.sock_sendall(sock, f"{head}content-length: {len(body)}\r\n\r\n".encode() + body)
         while until not in received:
             chunk = await loop.sock_recv(sock, 4096)
@@ -47,9 +50,14 @@ async def started(sock: socket.socket, port: int, head: str, body: bytes, until:
 
 
 async def listen_stream(
-    port: int, uri: str, sock: socket.socket | None = None, headers: dict[str, str] | None = None
+    port: int,
+    uri: str,
+    sock: socket.socket | None = None,
+    headers: dict[str, str] | None = None,
+    host: str = "127.0.0.1",
 ) -> socket.socket:
-    """A 2026-07-28 listen stream of `uri`, read up to its acknowledgement only; `headers` added (a bearer token)."""
+    """A 2026-07-28 listen stream of `uri` from the gateway at `host:port` (a pod's address, say), read up to its
+    acknowledgement only; `headers` added (a bearer token)."""
     meta = {
         "io.modelcontextprotocol/protocolVersion": MODERN,
         "io.modelcontextprotocol/clientCapabilities": {},
@@ -60,7 +68,7 @@ async def listen_stream(
     extra = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
     era = f"mcp-protocol-version: {MODERN}\r\nmcp-method: subscriptions/listen\r\n"
     head = f"POST /mcp HTTP/1.1\r\n{MCP_HEADERS}{extra}{era}"
-    return await started(sock or small_window(), port, head, body, until=b"acknowledged")
+    return await started(sock or small_window(), port, head, body, until=b"acknowledged", host=host)
 
 
 async def session_stream(port: int, uri: str, sock: socket.socket | None = None) -> socket.socket:

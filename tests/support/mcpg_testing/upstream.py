@@ -84,8 +84,9 @@ class Upstream:
 
 
 @contextlib.asynccontextmanager
-async def serve() -> AsyncIterator[Upstream]:
-    """An upstream on a free loopback port: any path, any method; unknown paths answer 404."""
+async def serve(host: str = "127.0.0.1") -> AsyncIterator[Upstream]:
+    """An upstream on a free port of `host` (loopback, or the node's address where pods reach it): any path, any
+    method; unknown paths answer 404."""
     state = Upstream(url="")
 
     async def handle(request: web.Request) -> web.StreamResponse:
@@ -108,10 +109,10 @@ async def serve() -> AsyncIterator[Upstream]:
     app.router.add_route("*", "/{tail:.*}", handle)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
+    site = web.TCPSite(runner, host, 0)
     await site.start()
     port = runner.addresses[0][1]
-    state.url = f"http://127.0.0.1:{port}"
+    state.url = f"http://{host}:{port}"
     try:
         yield state
     finally:
