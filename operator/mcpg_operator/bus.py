@@ -263,7 +263,7 @@ def _quoted_account(namespace: str, password: str) -> tuple[str, str]:
 
 
 def server_args() -> list[str]:
-    # As arguments, not in nats.conf: the test tier's local kubelet maps mount paths and ports in args and env only.
+    # As arguments, not in nats.conf: what the server listens on and reads is visible in the pod spec.
     return [
         "--config",
         f"{CONFIG_DIR}/{CONFIG_KEY}",
@@ -377,7 +377,7 @@ def _reloader(image: str) -> dict[str, Any]:
     return {
         "name": "config-reloader",
         "image": image,
-        # Paths as arguments, not inside the script: the test tier's local kubelet maps mount paths there.
+        # Paths as arguments, not inside the script: the script stays one constant, whatever the mounts.
         "command": ["sh", "-c", RELOADER, "config-reloader", *_reloader_args()],
         "resources": {"requests": {"cpu": "5m", "memory": "8Mi"}, "limits": {"memory": "32Mi"}},
         "securityContext": objects.container_security(),

@@ -1,4 +1,4 @@
-"""The e2e tier: one real control plane per session, the operator from its image env, a namespace per test.
+"""The e2e tier: one real cluster per session (a real node), the operator installed by helm, a namespace per test.
 
 Every test here is marked `e2e`. The fixtures are `mcpg_testing.fixtures`: when a test fails, the tail of each
 component's log is attached to its report, and the full logs stay in the session's tmp dir.

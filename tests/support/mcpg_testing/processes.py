@@ -23,7 +23,7 @@ class WaitTimeout(TimeoutError):
 
 
 # Ports handed out come from below the kernel's ephemeral range (net.ipv4.ip_local_port_range, 32768 and up here)
-# and below the NodePort range (30000-32767, which the Service stand-in binds). A port taken from the ephemeral
+# and below the NodePort range (30000-32767). A port taken from the ephemeral
 # range by binding port 0 and closing is free again at once: any process binding port 0 before its user binds it
 # can be handed the same port, and the user then dies with "Address already in use" (a gateway pod did, in the
 # end-to-end tier). The kernel never hands out a port from this range, so only callers of this function compete.

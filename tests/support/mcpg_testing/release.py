@@ -108,7 +108,7 @@ class OperatorRelease:
 
     @property
     def processes(self) -> list[OperatorPod]:
-        """Every running replica (named as `OperatorReplicas.processes` named its processes)."""
+        """Every running replica, by its pod."""
         return [
             OperatorPod(p["metadata"]["name"], p["status"]["podIP"]) for p in self.pods() if p["status"].get("podIP")
         ]

@@ -153,7 +153,7 @@ def test_every_namespace_gets_an_account_with_jetstream_and_one_user() -> None:
     )
     assert f'users: [{{user: "mcpg-shop", password: "{PASSWORD}"}}]' in text
     assert text.count("jetstream: {max_mem") == 2
-    # Ports, the store and JetStream are arguments: the test kubelet maps paths and ports only there.
+    # Ports, the store and JetStream are arguments, visible in the pod spec; the config file holds accounts only.
     assert not re.search(r"^\s*(port|http_port|store_dir|listen)\s*:", text, re.MULTILINE)
 
 

@@ -18,7 +18,7 @@ def _ephemeral() -> range:
 def test_no_port_is_one_the_kernel_would_hand_to_a_bind_of_port_0() -> None:
     ports = processes.free_ports(50)
     assert not set(ports) & set(_ephemeral())
-    assert not set(ports) & set(range(30_000, 32_768))  # nor a NodePort the Service stand-in binds
+    assert not set(ports) & set(range(30_000, 32_768))  # nor a NodePort
 
 
 def test_a_port_is_handed_out_once_even_after_its_user_closed_it() -> None:
