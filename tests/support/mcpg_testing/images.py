@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import hashlib
 import importlib.metadata
 import json
@@ -34,7 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from mcpg_testing.processes import WaitTimeout, wait_until
+from mcpg_testing.processes import WaitTimeout, file_lock
 
 logger = logging.getLogger(__name__)
 
@@ -275,26 +274,13 @@ def _pip(env: ImageEnv, cwd: Path, *args: str) -> None:
 
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on `path` (created if missing): one process checks or builds an env at a time."""
-    with path.open("a") as handle:
-
-        def acquired() -> bool:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return False
-            return True
-
-        if not acquired():
-            logger.info("waiting for another process building %s", path.stem)
-            try:
-                wait_until(acquired, LOCK_WAIT_S, f"the lock on {path}", interval=0.2)
-            except WaitTimeout as e:
-                raise ImageEnvError(str(e)) from None
+    """An exclusive lock on `path`: one process checks or builds an env at a time."""
+    with contextlib.ExitStack() as held:
         try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            held.enter_context(file_lock(path, LOCK_WAIT_S, interval=0.2))
+        except WaitTimeout as e:  # only the wait for the lock: what the caller does under it raises its own
+            raise ImageEnvError(str(e)) from None
+        yield
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import hashlib
 import json
 import logging
@@ -56,7 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mcpg_testing import images
-from mcpg_testing.processes import WaitTimeout, wait_until
+from mcpg_testing.processes import WaitTimeout, file_lock
 
 logger = logging.getLogger(__name__)
 
@@ -283,26 +282,12 @@ def _run(argv: Sequence[str], what: str, stdin: int | None = subprocess.DEVNULL)
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
     """An exclusive lock on `path`: one process builds a given image (or the base) at a time."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-
-        def acquired() -> bool:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return False
-            return True
-
-        if not acquired():
-            logger.info("waiting for another process building %s", path.stem)
-            try:
-                wait_until(acquired, LOCK_WAIT_S, f"the lock on {path}", interval=0.5)
-            except WaitTimeout as e:
-                raise OciError(str(e)) from None
+    with contextlib.ExitStack() as held:
         try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            held.enter_context(file_lock(path, LOCK_WAIT_S, interval=0.5))
+        except WaitTimeout as e:  # only the wait for the lock: what the caller does under it raises its own
+            raise OciError(str(e)) from None
+        yield
 
 
 def _sha256_file(path: Path) -> str:

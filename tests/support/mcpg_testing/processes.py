@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
+import logging
 import os
 import random
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+
+logger = logging.getLogger(__name__)
 
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
@@ -115,3 +119,26 @@ def stop(proc: subprocess.Popen[str] | subprocess.Popen[bytes], timeout: float) 
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(timeout=timeout)
+
+
+@contextlib.contextmanager
+def file_lock(path: Path, timeout: float, interval: float = 0.2) -> Iterator[None]:
+    """Hold an exclusive lock on `path` (created, with its folder, if missing): one process builds a given thing
+    at a time while the others wait, each for at most `timeout` (WaitTimeout)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+
+        def acquired() -> bool:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            return True
+
+        if not acquired():
+            logger.info("waiting for another process building %s", path.stem)
+            wait_until(acquired, timeout, f"the lock on {path}", interval=interval)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
