@@ -19,7 +19,7 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from mcpg_testing.nodeconfig import NODE_IP, SERVICE_CIDR, NodeLayout, kubelet_flags
+from mcpg_testing.nodeconfig import NODE_IP, NODE_ROOT, SERVICE_CIDR, NodeLayout, kubelet_flags
 from mcpg_testing.processes import free_ports
 
 NODE_COMPONENTS = ("containerd", "kubelet", "kube-proxy", "coredns")
@@ -111,8 +111,8 @@ class Layout:
 
     @property
     def node(self) -> NodeLayout:
-        """The real node's files (containerd's root, the kubelet's, the pods' logs): short paths for its sockets."""
-        return NodeLayout(self.state_dir / "node")
+        """The real node's files (containerd's root, the kubelet's, the pods' logs): the machine's one node's."""
+        return NodeLayout(NODE_ROOT)
 
 
 def argv(component: str, layout: Layout, endpoints: Endpoints) -> list[str]:

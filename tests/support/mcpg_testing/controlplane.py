@@ -199,7 +199,7 @@ class ControlPlane:
     def _save(self, endpoints: Endpoints, processes: dict[str, Recorded]) -> None:
         record = {"server": endpoints.server, "processes": processes}
         self.layout.record.write_text(json.dumps(record, indent=2) + "\n")
-        node.record_pids(self.layout.node, {n: {"pid": p["pid"], "argv0": p["argv0"]} for n, p in processes.items()})
+        node.record_pids(self.state_dir, {n: {"pid": p["pid"], "argv0": p["argv0"]} for n, p in processes.items()})
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -223,7 +223,10 @@ class ControlPlane:
 
     def _start(self, archives: list[Path]) -> None:
         self.logs_dir.mkdir(parents=True, exist_ok=True)
-        node.claim(self.layout.node)  # the bridge first: the API server listens on its address
+        try:
+            node.claim(self.layout.node, self.state_dir)  # the bridge first: the API server listens on its address
+        except node.NodeError as e:
+            raise ControlPlaneError(str(e)) from None
         self.layout.pki.mkdir(mode=0o700)  # keys and tokens
         self.layout.etcd_data.mkdir(mode=0o700)
         endpoints = Endpoints.pick()
@@ -297,12 +300,14 @@ class ControlPlane:
         """Stop the kubelet, remove every pod through the runtime, stop the other components (SIGTERM, SIGKILL
         after STOP_TIMEOUT), put the host back as the node found it, then remove the data."""
         processes = self.processes()
+        ours = not node.held_by_other(self.state_dir)  # else the node is another cluster's: leave it be
         self._stop_processes({n: p for n, p in processes.items() if n == "kubelet"})
-        if self.alive().get("containerd"):
+        if ours and self.alive().get("containerd"):
             node.remove_pods(self.layout.node, self.binary("crictl"))  # nothing recreates them now
         self._stop_processes(processes)
-        node.release(self.layout.node)
-        for path in (self.layout.etcd_data, self.layout.pki, self.layout.kubectl_cache, self.layout.node.root):
+        node.release(self.layout.node, self.state_dir)
+        owned = (self.layout.node.root,) if ours else ()
+        for path in (self.layout.etcd_data, self.layout.pki, self.layout.kubectl_cache, *owned):
             shutil.rmtree(path, ignore_errors=True)
         for path in (self.kubeconfig, self.operator_kubeconfig, self.layout.record):
             path.unlink(missing_ok=True)

@@ -69,33 +69,35 @@ def run(*argv: str, check: bool = True, stdin: str | None = None) -> subprocess.
 # -- the claim -----------------------------------------------------------------------------------------------
 
 
-def claim(layout: NodeLayout) -> None:
-    """Take the machine's node for `layout`, cleaning up after a holder that died; NodeError if one runs."""
+def claim(layout: NodeLayout, owner: Path) -> None:
+    """Take the machine's node for the cluster in `owner` (its state directory), cleaning up after a holder that
+    died; NodeError if another cluster's node runs."""
     if os.geteuid() != 0:
         raise NodeError("the real node needs root (the kubelet, containerd and iptables)")
     holder = _holder()
+    if held_by_other(owner):
+        raise NodeError(f"this machine's one node is held by the cluster in {holder and holder['owner']}: stop it "
+                        "first (make cluster-down, or end the test run holding it)")  # fmt: skip
     if holder is not None:
-        root, pids = Path(holder["root"]), holder["pids"]
-        if any(pid_alive(int(p["pid"]), str(p["argv0"])) for p in pids.values()) and root != layout.root:
-            raise NodeError(f"this machine's one node is held by {root.parent}: stop it first (make cluster-down)")
-        logger.info("cleaning up the node left in %s", root)
-        release(NodeLayout(root))
+        logger.info("cleaning up the node left by the cluster in %s", holder["owner"])
+        _clean(layout)
     layout.root.mkdir(parents=True, exist_ok=True)
     _save_host(layout)
-    CLAIM.write_text(json.dumps({"root": str(layout.root), "pids": {}}) + "\n")
+    record_pids(owner, {})
     _network_up()
 
 
 class Holder(TypedDict):
-    """The claim's record: the node's state directory and its processes (name -> pid and argv0)."""
+    """The claim's record: the state directory of the cluster holding the node, and its processes (name -> pid
+    and argv0)."""
 
-    root: str
+    owner: str
     pids: dict[str, dict[str, int | str]]
 
 
-def record_pids(layout: NodeLayout, pids: dict[str, dict[str, int | str]]) -> None:
+def record_pids(owner: Path, pids: dict[str, dict[str, int | str]]) -> None:
     """Name the node's running processes in the claim, so a later claim can tell a live holder from a dead one."""
-    CLAIM.write_text(json.dumps({"root": str(layout.root), "pids": pids}) + "\n")
+    CLAIM.write_text(json.dumps(Holder(owner=str(owner), pids=pids)) + "\n")
 
 
 def _holder() -> Holder | None:
@@ -103,19 +105,32 @@ def _holder() -> Holder | None:
         holder: Holder = json.loads(CLAIM.read_text())
     except (OSError, ValueError):
         return None
-    return holder
+    return holder if isinstance(holder, dict) and "owner" in holder else None
 
 
-def release(layout: NodeLayout) -> None:
-    """Everything the node left on the host, gone; the saved sysctls and iptables tables put back."""
+def held_by_other(owner: Path) -> bool:
+    """Another cluster's node runs: the claim names another state directory, and one of its processes lives."""
+    holder = _holder()
+    if holder is None or Path(holder["owner"]) == owner:
+        return False
+    return any(pid_alive(int(p["pid"]), str(p["argv0"])) for p in holder["pids"].values())
+
+
+def release(layout: NodeLayout, owner: Path) -> None:
+    """Everything the node left on the host, gone, and the saved sysctls and iptables tables put back; nothing
+    if the node is another live cluster's."""
+    if held_by_other(owner):
+        return
+    _clean(layout)
+    CLAIM.unlink(missing_ok=True)
+
+
+def _clean(layout: NodeLayout) -> None:
     _kill_shims(layout)
     _unmount_under(layout.root)
     _remove_network_namespaces()
     run("ip", "link", "del", BRIDGE, check=False)  # its routes go with it
     _restore_host(layout)
-    holder = _holder()
-    if holder is not None and Path(holder["root"]) == layout.root:
-        CLAIM.unlink(missing_ok=True)
 
 
 # -- the host's settings -------------------------------------------------------------------------------------

@@ -22,6 +22,9 @@ from typing import Any
 import yaml
 
 NODE_NAME = "mcpg-node"
+NODE_ROOT = Path("/var/lib/mcpg-node")
+"""Where the node's files live, whichever cluster holds it (there is one node per machine): a short path, since
+the kubelet and containerd put unix sockets below it (107 bytes at most), and a test's tmp dir can be long."""
 BRIDGE = "mcpg0"
 NODE_IP = "10.244.0.1"
 POD_CIDR = "10.244.0.0/16"
@@ -40,7 +43,7 @@ MAX_PODS = 250
 
 @dataclass(frozen=True, slots=True)
 class NodeLayout:
-    """Where the node's files live: everything under `root` (short: unix socket paths are limited to 107 bytes)."""
+    """Where the node's files live: everything under `root` (`NODE_ROOT` for the machine's node)."""
 
     root: Path
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from mcpg_testing import node, nodeconfig
+from mcpg_testing import components, node, nodeconfig
 from mcpg_testing.nodeconfig import NodeLayout
 
 
@@ -65,7 +65,11 @@ def test_containment_drops_forwarding_off_the_bridge_and_pods_reaching_the_kubel
     assert all("-o" not in rule for rule in rules["INPUT"])  # iptables refuses -o in INPUT
 
 
-def test_the_node_paths_fit_a_unix_socket(tmp_path: Path) -> None:
-    # the pytest tmp dirs the e2e tier uses are about this deep
-    deep = NodeLayout(Path("/tmp/pytest-of-root/pytest-123/control-plane0/node"))
-    assert len(str(deep.containerd_socket)) + len(".ttrpc") < 108
+def test_the_node_lives_at_a_short_path_whatever_the_clusters_state_directory() -> None:
+    # The kubelet binds sockets below its root dir (pod-resources/<10 digits>, plugins_registry/...); a test's tmp
+    # dir is long enough to pass the 107-byte limit (seen: the kubelet exiting with "bind: invalid argument").
+    layout = components.Layout(Path("/tmp/pytest-of-root/pytest-32/" + "t" * 60 + "/control-plane"), Path("/b"))
+    assert layout.node.root == nodeconfig.NODE_ROOT
+    longest = layout.node.kubelet_root / "plugins_registry" / ("x" * 40 + ".sock")
+    assert len(str(longest)) < 108
+    assert len(str(layout.node.containerd_socket)) + len(".ttrpc") < 108
