@@ -150,6 +150,10 @@ async def test_three_replicas_serve_as_one_over_the_operators_bus_and_through_a_
     service = control_plane.service_url(namespace, "mcpg-gateway")
     hook = f"/webhooks/resource-updated/{token(control_plane, namespace, 'reports')}"
     sentinel = f"{service}/webhooks/resource-updated/{token(control_plane, namespace, 'sentinel')}"
+    # Ready means served by an available pod; the other replicas may still be starting.
+    control_plane.kubectl(
+        "-n", namespace, "rollout", "status", "deployment/mcpg-gateway", f"--timeout={ROLLOUT_S:.0f}s"
+    )
     pods = gateway_pods(control_plane, namespace)
     assert len(pods) == 3, pods
 
@@ -200,6 +204,7 @@ async def rollout_in_the_middle(
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
+    plane.kubectl("-n", ns, "rollout", "status", "deployment/mcpg-gateway", f"--timeout={ROLLOUT_S:.0f}s")
     new_pods = gateway_pods(plane, ns)
     assert len(new_pods) == 3, new_pods
     assert not set(new_pods) & old_pods, "the rollout did not replace every pod"
