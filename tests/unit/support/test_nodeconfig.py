@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import tomllib
 from pathlib import Path
+
+import pytest
 
 from mcpg_testing import components, node, nodeconfig
 from mcpg_testing.nodeconfig import NodeLayout
@@ -73,3 +78,39 @@ def test_the_node_lives_at_a_short_path_whatever_the_clusters_state_directory() 
     longest = layout.node.kubelet_root / "plugins_registry" / ("x" * 40 + ".sock")
     assert len(str(longest)) < 108
     assert len(str(layout.node.containerd_socket)) + len(".ttrpc") < 108
+
+
+# -- the claim on the machine's one node ------------------------------------------------------------------------
+
+
+def claim_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, owner: str, pid: int) -> Path:
+    path = tmp_path / "claim.json"
+    argv0 = Path("/proc/self/cmdline").read_bytes().split(b"\0")[0].decode()
+    path.write_text(json.dumps({"owner": owner, "pids": {"kubelet": {"pid": pid, "argv0": argv0}}}))
+    monkeypatch.setattr(node, "CLAIM", path)
+    return path
+
+
+def test_a_live_cluster_elsewhere_holds_the_node_and_a_second_claim_names_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = claim_file(tmp_path, monkeypatch, "/srv/other-cluster", os.getpid())
+    assert node.held_by_other(tmp_path / "ours")
+    assert not node.held_by_other(Path("/srv/other-cluster"))
+    if os.geteuid() == 0:  # the claim checks for root first; refused before anything of the host is touched
+        with pytest.raises(node.NodeError, match="/srv/other-cluster"):
+            node.claim(NodeLayout(tmp_path / "node"), tmp_path / "ours")
+    node.release(NodeLayout(tmp_path / "node"), tmp_path / "ours")  # not ours: left alone
+    assert path.exists()
+
+
+def test_a_claim_whose_processes_are_gone_holds_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    claim_file(tmp_path, monkeypatch, "/srv/crashed-cluster", dead.pid)
+    assert not node.held_by_other(tmp_path / "ours")
+
+
+def test_no_claim_holds_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(node, "CLAIM", tmp_path / "absent.json")
+    assert not node.held_by_other(tmp_path / "ours")
