@@ -28,10 +28,15 @@ class Binding:
 
 class Catalog:
     def __init__(self, caps: config.Capabilities) -> None:
-        self.resources = list(caps.resources)
-        self.templates = list(caps.resource_templates)
+        self.replace(caps)
+
+    def replace(self, caps: config.Capabilities) -> None:
+        """Serve `caps` from now on (`reconfiguration.py`): assigned with no await between, so a lookup sees
+        the old catalog or the new one, never a mix."""
+        parsed = [(templates.parse(t.uri_template), t) for t in caps.resource_templates]
+        self.resources, self.templates = list(caps.resources), list(caps.resource_templates)
         self._by_uri = {r.uri: r for r in self.resources}
-        self._parsed = [(templates.parse(t.uri_template), t) for t in self.templates]
+        self._parsed = parsed
 
     def resolve(self, uri: str) -> Binding | None:
         """The binding of `uri`, or None when no entry serves it. A template whose variable would hold a value

@@ -60,11 +60,17 @@ class Identity:
     """The configured principals, by token digest and by id. Also the SDK's `TokenVerifier`."""
 
     def __init__(self, auth: config.AuthConfig) -> None:
-        self._by_digest = {p.token_sha256: Principal.from_config(p) for p in auth.principals}
-        self.anonymous = Principal.from_config(auth.anonymous) if auth.anonymous.enabled else None
-        self._by_id = {p.principal_id: p for p in self._by_digest.values()}
-        if self.anonymous is not None:
-            self._by_id[self.anonymous.principal_id] = self.anonymous
+        self.replace(auth)
+
+    def replace(self, auth: config.AuthConfig) -> None:
+        """Serve `auth` from now on: the next request is verified against it (`reconfiguration.py`). The three
+        tables are assigned with no await between, so no request sees half of one configuration."""
+        by_digest = {p.token_sha256: Principal.from_config(p) for p in auth.principals}
+        anonymous = Principal.from_config(auth.anonymous) if auth.anonymous.enabled else None
+        by_id = {p.principal_id: p for p in by_digest.values()}
+        if anonymous is not None:
+            by_id[anonymous.principal_id] = anonymous
+        self._by_digest, self.anonymous, self._by_id = by_digest, anonymous, by_id
         if not self._by_id:
             logger.warning(
                 "gateway.auth has no principals and anonymous access is disabled: every /mcp request will be "
@@ -75,6 +81,10 @@ class Identity:
         # A dict lookup on the digest: timing can reveal at most a digest prefix, which says nothing of a token.
         principal = self._by_digest.get(token_digest(token))
         return None if principal is None else access_token(principal)
+
+    def by_id(self, principal_id: str) -> Principal | None:
+        """The principal of that id as configured now; None once the configuration no longer has it."""
+        return self._by_id.get(principal_id)
 
     def principal_of(self, token: AccessToken | None) -> Principal | None:
         """The principal a verified token stands for; None if there is none (fail closed)."""

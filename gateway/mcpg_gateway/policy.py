@@ -102,6 +102,10 @@ class Policies:
         self._expressions = expressions
         self._failures = Failures(failures)
 
+    def replace(self, expressions: cel.Expressions) -> None:
+        """Decide by `expressions` from now on (compiled and checked before: `check.verify`)."""
+        self._expressions = expressions
+
     def may_read(self, principal: Principal | None, binding: catalog.Binding) -> bool:
         """The read policy: read, subscribe and each listened URI. No policy: any authenticated principal."""
         if principal is None:

@@ -12,6 +12,7 @@ import asyncio
 import hashlib
 import logging
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from mcpg_gateway.contract import config
@@ -44,6 +45,15 @@ class TokenIndex:
     def routes(self) -> list[Route]:
         return list({id(r): r for r in self._routes.values()}.values())
 
+    def replace(self, other: TokenIndex) -> None:
+        """Route by `other`'s tokens from now on: one assignment, so a delivery is routed by the old tokens or
+        by the new ones (`reconfiguration.py`)."""
+        self._routes = other._routes
+
+    def generated(self) -> dict[str, str]:
+        """The tokens made up for this run, by URI: a reload keeps them, so a scratch URL stays valid."""
+        return {r.uri: r.generated_token for r in self.routes() if r.generated_token is not None}
+
     def add(self, token: str, route: Route) -> None:
         key = digest(token)
         earlier = self._routes.get(key)
@@ -58,7 +68,9 @@ class TokenIndex:
         self._routes[key] = route
 
 
-def build_index(resources: list[config.ResourceConfig]) -> TokenIndex:
+def build_index(resources: list[config.ResourceConfig], generated: Mapping[str, str] | None = None) -> TokenIndex:
+    """The tokens of every webhook watch. `generated`: the tokens made up earlier in this run, by URI (a reload
+    keeps a resource's, rather than inventing another and refusing its sender)."""
     index = TokenIndex()
     for res in resources:
         if res.watch is None or not isinstance(res.watch.strategy, config.WebhookStrategy):
@@ -66,7 +78,10 @@ def build_index(resources: list[config.ResourceConfig]) -> TokenIndex:
         strategy = res.watch.strategy
         token = strategy.token.get_secret_value()
         route = Route(res.uri, res.name)
-        if not token:
+        if not token and generated is not None and res.uri in generated:
+            token = generated[res.uri]
+            route = Route(res.uri, res.name, generated_token=token)
+        elif not token:
             token = str(uuid.uuid4())
             route = Route(res.uri, res.name, generated_token=token)
             # Shown once so a scratch run is usable; set the token from the environment for anything real.
