@@ -31,7 +31,7 @@ class Catalog:
         self.replace(caps)
 
     def replace(self, caps: config.Capabilities) -> None:
-        """Serve `caps` from now on (`reconfiguration.py`): assigned with no await between, so a lookup sees
+        """Serve `caps` from now on (a configuration applied in place): assigned with no await between, so a lookup sees
         the old catalog or the new one, never a mix."""
         parsed = [(templates.parse(t.uri_template), t) for t in caps.resource_templates]
         self.resources, self.templates = list(caps.resources), list(caps.resource_templates)

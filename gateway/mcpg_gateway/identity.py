@@ -63,8 +63,8 @@ class Identity:
         self.replace(auth)
 
     def replace(self, auth: config.AuthConfig) -> None:
-        """Serve `auth` from now on: the next request is verified against it (`reconfiguration.py`). The three
-        tables are assigned with no await between, so no request sees half of one configuration."""
+        """Serve `auth` from now on, as a configuration applied in place does: the next request is verified
+        against it. The three tables are assigned with no await between, so no request sees half of each."""
         by_digest = {p.token_sha256: Principal.from_config(p) for p in auth.principals}
         anonymous = Principal.from_config(auth.anonymous) if auth.anonymous.enabled else None
         by_id = {p.principal_id: p for p in by_digest.values()}

@@ -47,7 +47,7 @@ class TokenIndex:
 
     def replace(self, other: TokenIndex) -> None:
         """Route by `other`'s tokens from now on: one assignment, so a delivery is routed by the old tokens or
-        by the new ones (`reconfiguration.py`)."""
+        by the new ones (a configuration applied in place)."""
         self._routes = other._routes
 
     def generated(self) -> dict[str, str]:
@@ -78,23 +78,23 @@ def build_index(resources: list[config.ResourceConfig], generated: Mapping[str, 
         strategy = res.watch.strategy
         token = strategy.token.get_secret_value()
         route = Route(res.uri, res.name)
-        if not token and generated is not None and res.uri in generated:
-            token = generated[res.uri]
+        if not token:
+            token = (generated or {}).get(res.uri) or _made_up(res.name)
             route = Route(res.uri, res.name, generated_token=token)
-        elif not token:
-            token = str(uuid.uuid4())
-            route = Route(res.uri, res.name, generated_token=token)
-            # Shown once so a scratch run is usable; set the token from the environment for anything real.
-            logger.warning(
-                "resource %r has no webhook token; generated one for this run: /webhooks/resource-updated/%s",
-                res.name,
-                token,
-            )
         index.add(token, route)
         for old in strategy.previous_tokens:
             if old.get_secret_value():
                 index.add(old.get_secret_value(), route)
     return index
+
+
+def _made_up(name: str) -> str:
+    token = str(uuid.uuid4())
+    # Shown once so a scratch run is usable; set the token from the environment for anything real.
+    logger.warning(
+        "resource %r has no webhook token; generated one for this run: /webhooks/resource-updated/%s", name, token
+    )
+    return token
 
 
 class WebhookWatch:
