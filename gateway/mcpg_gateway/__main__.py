@@ -2,6 +2,10 @@
 
 Serve over HTTP (the default), or one client over stdin/stdout (`--stdio`, `stdio.py`). `--check` validates and
 exits; `--check --no-env` does so without the secrets, listing the environment variables a start would need.
+While serving, a new configuration is applied in place (`reconfigure.py`): the file is read again on SIGHUP and
+when it changes, or, with `--config-secret NAME` (in a cluster, as the operator runs it), the named Secret of the
+pod's namespace is followed through the API. There a configuration the process refuses at start does not stop it:
+it serves nothing, unready, and says why in its acknowledgement until the Secret holds one it accepts.
 """
 
 from __future__ import annotations
@@ -12,10 +16,13 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from mcpg_gateway import admin_app, cancellation, logs, servers, stdio, tracing
-from mcpg_gateway.contract import check, config
+from mcpg_gateway import admin_app, cancellation, config_secret, logs, servers, stdio, tracing
+from mcpg_gateway.contract import check, config, loading
 from mcpg_gateway.contract.errors import ConfigError, Problem
 from mcpg_gateway.gateway import Gateway, Options
 from mcpg_gateway.identity import Principal
@@ -31,6 +38,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--admin-port", type=int, default=9090, help="admin port: /metrics, /admin/v1 (default 9090)")
     p.add_argument("--log-format", choices=["text", "json"], default=os.environ.get("MCPG_LOG_FORMAT", "text"))
     p.add_argument("--log-level", default=os.environ.get("MCPG_LOG_LEVEL", "INFO"))
+    p.add_argument(
+        "--config-secret",
+        default=os.environ.get("MCPG_CONFIG_SECRET") or None,
+        help="in a cluster: follow this Secret of the pod's namespace (key gateway.yaml) through the API and apply "
+        "each new version in place (default: $MCPG_CONFIG_SECRET); without it the file is read again on SIGHUP "
+        "and when it changes",
+    )
     p.add_argument("--check", action="store_true", help="validate the configuration and exit")
     p.add_argument(
         "--no-env",
@@ -58,17 +72,20 @@ def main(argv: list[str] | None = None) -> int:
         admin_token = os.environ.get("MCPG_ADMIN_TOKEN") or None
         if admin_token is not None and (why := admin_app.admin_token_problem(admin_token)) is not None:
             raise ConfigError([Problem("MCPG_ADMIN_TOKEN", why)])  # before any port is bound; --check too
-        gw_options = Options(admin_token=admin_token)
+        gw_options = Options(admin_token=admin_token, config_file=args.config, config_secret=args.config_secret)
+        if args.config_secret is not None and not args.check:
+            config_secret.ApiAccess.in_cluster(os.environ)  # here, not once the ports are bound: one line, exit 2
         if args.check:
             return _check(args, gw_options)
-        cfg = check.load_file(args.config)
-        for warning in check.warnings(cfg):
+        start = _starting(args)
+        for warning in check.warnings(start.cfg):
             logger.warning("configuration: %s", warning)
         if args.stdio:
-            cancellation.run(_run_stdio(cfg, gw_options, stdio.principal_for(cfg.gateway.auth, args.principal)))
+            principal = stdio.principal_for(start.cfg.gateway.auth, args.principal)
+            cancellation.run(_run_stdio(start, gw_options, principal))
         else:
-            cancellation.run(_run(cfg, gw_options, args))
-    except stdio.PrincipalError as e:
+            cancellation.run(_run(start, gw_options, args))
+    except (stdio.PrincipalError, config_secret.NotInClusterError) as e:
         print(f"mcpg-gateway: {e}", file=sys.stderr)
         return 2
     except ConfigError as e:
@@ -99,6 +116,37 @@ def _check(args: argparse.Namespace, options: Options) -> int:
     return 0
 
 
+@dataclass(frozen=True, slots=True)
+class Start:
+    """What the process starts on: the configuration, as written and as checked, or the problems of one refused."""
+
+    cfg: config.GatewayConfig
+    document: Mapping[str, Any] | None
+    refused: ConfigError | None = None
+
+
+def _starting(args: argparse.Namespace) -> Start:
+    """The file's configuration; `ConfigError` if it is refused, unless the process follows its Secret: then it
+    starts on an empty one (serving nothing, unready) and waits for the Secret to hold one it accepts."""
+    try:
+        raw = loading.read_file(args.config)
+        return Start(check.load(raw), raw if isinstance(raw, Mapping) else None)
+    except ConfigError as e:
+        if args.config_secret is None or args.stdio:
+            raise
+        logger.error(
+            "configuration %s refused; waiting for Secret %s to hold one: %s", args.config, args.config_secret, e
+        )
+        return Start(config.GatewayConfig(), None, e)
+
+
+def _gateway(start: Start, options: Options) -> Gateway:
+    gw = Gateway(start.cfg, options, start.document)
+    if start.refused is not None and start.document is None:
+        gw.served.refuse({}, start.refused.problems, None)
+    return gw
+
+
 def _by_variable(uses: list[check.EnvUse]) -> dict[str, list[str]]:
     """Each variable, in order of first use, with every field that uses it."""
     out: dict[str, list[str]] = {}
@@ -107,26 +155,30 @@ def _by_variable(uses: list[check.EnvUse]) -> dict[str, list[str]]:
     return out
 
 
-async def _run(cfg: config.GatewayConfig, options: Options, args: argparse.Namespace) -> None:
+async def _run(start: Start, options: Options, args: argparse.Namespace) -> None:
     tracing.install()  # OpenTelemetry traces, only when OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT is set
-    gw = Gateway(cfg, options)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await servers.serve(gw, args.host, args.port, args.admin_port, stop)
+    gw = _gateway(start, options)
+    stop, hangup = _signals()
+    await servers.serve(gw, args.host, args.port, args.admin_port, stop, hangup=hangup)
     logger.info("gateway stopped")
 
 
-async def _run_stdio(cfg: config.GatewayConfig, options: Options, principal: Principal) -> None:
+async def _run_stdio(start: Start, options: Options, principal: Principal) -> None:
     tracing.install()  # as _run: an OTLP exporter writes to the network, never to stdout
-    gw = Gateway(cfg, options)
-    stop = asyncio.Event()
+    gw = _gateway(start, options)
+    stop, hangup = _signals()
+    await stdio.serve(gw, principal, stop, hangup=hangup)
+    logger.info("gateway stopped")
+
+
+def _signals() -> tuple[asyncio.Event, asyncio.Event]:
+    """(stop: set on SIGTERM and SIGINT, hangup: set on SIGHUP, to read the configuration file again)."""
+    stop, hangup = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await stdio.serve(gw, principal, stop)
-    logger.info("gateway stopped")
+    loop.add_signal_handler(signal.SIGHUP, hangup.set)
+    return stop, hangup
 
 
 if __name__ == "__main__":

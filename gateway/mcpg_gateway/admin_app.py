@@ -1,4 +1,5 @@
-"""The admin HTTP surface (port 9090): /metrics, and /admin/v1/* behind the admin token.
+"""The admin HTTP surface (port 9090): /metrics and the configuration's acknowledgement, and /admin/v1/* behind the
+admin token.
 
 The admin API needs `Authorization: Bearer $MCPG_ADMIN_TOKEN` (the scheme in any case, as RFC 7235 has it and
 `/mcp` takes it), the token compared as bytes in constant time; with no admin token configured it answers 403 and
@@ -26,6 +27,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from mcpg_gateway import liveness, peers
+from mcpg_gateway.contract import acknowledgement
 from mcpg_gateway.contract.errors import ConfigError, Problem
 from mcpg_gateway.gateway import Gateway
 
@@ -59,6 +61,7 @@ def build(gw: Gateway) -> Starlette:
     return Starlette(
         routes=[
             Route("/metrics", endpoint=_metrics(gw)),
+            Route(acknowledgement.PATH, endpoint=_acknowledgement(gw)),
             Route("/admin/v1/watches", endpoint=_admin(gw, _watches)),
             Route("/admin/v1/webhooks", endpoint=_admin(gw, _webhooks)),
             Route("/admin/v1/bus", endpoint=_admin(gw, _bus)),
@@ -72,6 +75,17 @@ def _metrics(gw: Gateway) -> Endpoint:
         return Response(generate_latest(gw.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return metrics
+
+
+def _acknowledgement(gw: Gateway) -> Endpoint:
+    """What this process serves, for the operator to count (`contract/acknowledgement.py`): digests, paths and
+    reasons only, so it needs no token, like /metrics."""
+
+    async def acknowledgement_(request: Request) -> Response:
+        ack = gw.served.acknowledgement()
+        return JSONResponse(ack.model_dump(mode="json"))
+
+    return acknowledgement_
 
 
 def _admin(gw: Gateway, view: Callable[[Gateway], dict[str, Any]]) -> Endpoint:

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from mcpg_gateway.contract import config
 from mcpg_gateway.fanout.endings import REASONS, SUBSCRIBABLE_META_KEY, WATCH_END_META_KEY, WATCH_META_KEY
+from mcpg_gateway.fanout.states import STATE_META_KEY, STATES_META_KEY
 from mcpg_gateway.sdk.protocol import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from mcpg_gateway.sdk.surface import Surface
 
@@ -101,10 +102,25 @@ def _subscriptions(cfg: config.GatewayConfig, served: Surface) -> dict[str, Any]
         "notification_meta_key": WATCH_META_KEY,
         "end_reasons": list(REASONS),
         "end_reason_meta_key": WATCH_END_META_KEY,
+        "state": {
+            "notification_meta_key": STATE_META_KEY,
+            "listen_meta_key": STATES_META_KEY,
+            "subscribe_meta_key": STATE_META_KEY,
+            "resume": (
+                "Every notification carries its URI's state token. Hand back the last token seen per URI in a "
+                f"{LISTEN}'s _meta (an object of URI to token), or in a {SUBSCRIBE}'s _meta for its URI: the gateway "
+                "tells you at once of each URI whose state moved since, and of no other. A token it does not know "
+                "counts as moved."
+            ),
+        },
+        "list_changed": (
+            "notifications/resources/list_changed is sent to every handshake-era session and to each listen that "
+            "asked for resourcesListChanged when a new configuration changes what that caller may list."
+        ),
         "ending": (
             f"A {LISTEN} the gateway ends is answered with a result whose _meta carries the reason and a "
             f"sentence of advice. A {SUBSCRIBE} holds no open request, so one the gateway ends (its lifetime, an "
-            "eviction, a resource gone) ends silently; use {LISTEN} to be told why."
+            f"eviction, a resource gone) ends silently; use {LISTEN} to be told why."
         ),
         "lease": cfg.gateway.subscriptions.model_dump(include=set(_LEASE_FIELDS)),
         "limits": cfg.gateway.limits.model_dump(include=set(_LIMIT_FIELDS)),

@@ -7,6 +7,12 @@ announced on the bus and told here, which gateway reads a pull watch, readiness,
 configuration with the contract's own check (`contract/check.py`) against the plugins this process has, so it
 refuses exactly what the operator would have refused before rendering.
 
+A new configuration is swapped in whole (`swap`, called by `reconfigure.py` with the configuration already
+checked): identity, catalog, read policies and notification filters, webhook tokens, limits and lease terms, in one
+synchronous step, so every request and every fire sees the old configuration or the new one. What the process
+started on it keeps for the restart-only fields (`contract/digests.RESTART_ONLY`): the bus, the shared NATS
+clients, the liveness rules, the sockets' caps and the session manager. `served` records what it serves.
+
 With `gateway.bus` set it is one of N gateways serving as one (`bus.py`): a change seen here is announced on the
 bus and told to this process's subscribers, a change announced elsewhere is told to them too, and pull
 watches run where their lease is (`ownership.py`). Without it, everything stays in this process.
@@ -16,12 +22,29 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import time
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
-from mcpg_gateway import bus, cancellation, catalog, identity, liveness, ownership, peers, policy, reader, strategies
-from mcpg_gateway.contract import check, config
-from mcpg_gateway.fanout import fanout, watchers
+from mcpg_gateway import (
+    bus,
+    cancellation,
+    card,
+    catalog,
+    identity,
+    liveness,
+    ownership,
+    peers,
+    policy,
+    reader,
+    served,
+    strategies,
+)
+from mcpg_gateway.contract import cel, check, config
+from mcpg_gateway.fanout import fanout, running
 from mcpg_gateway.metrics import Metrics
 from mcpg_gateway.strategies import base, plugin, webhook
 
@@ -40,15 +63,41 @@ class Options:
     """How long the bus may be unreachable before /readyz answers 503."""
     bus_connect_wait_s: float = bus.STARTUP_WAIT_S
     """How long `start` waits for the bus before serving without it (and trying on)."""
+    config_file: Path | None = None
+    """The file the configuration was read from: read again on SIGHUP and when it changes (`reconfigure.py`)."""
+    config_secret: str | None = None
+    """The Secret of this pod's namespace holding the configuration, followed through the API instead of the file
+    (`config_secret.py`); the process is unready until it has read it once."""
+    instance: str | None = None
+    """This process's name in its acknowledgement; None: `POD_NAME`, else the host name."""
+    environ: Mapping[str, str] | None = None
+    """Where a new configuration's `${env.NAME}` are resolved; None: the process's environment."""
 
 
 class Gateway:
-    def __init__(self, cfg: config.GatewayConfig, options: Options | None = None) -> None:
+    def __init__(
+        self,
+        cfg: config.GatewayConfig,
+        options: Options | None = None,
+        document: Mapping[str, Any] | None = None,
+        source: str = served.SOURCE_FILE,
+    ) -> None:
+        """`document`: the configuration as written (its digests are what the process acknowledges serving); None
+        when it was built otherwise (tests): the first configuration offered is then applied whatever it is."""
         self.config = cfg
         self.options = options or Options()
         self.metrics = Metrics()
         plugins = self.options.plugins or plugin.PluginRegistry.load()
-        expressions = check.verify(cfg, plugin_kinds=plugins.kinds, unusable_plugins=plugins.broken)
+        self.plugins = plugins
+        expressions = self.verify(cfg)
+        self.served = served.Record(
+            self.options.instance or os.environ.get("POD_NAME") or socket.gethostname(),
+            started=document or {},
+            serving=served.Applied.of(document, source) if document is not None else None,
+            plugins=tuple(sorted(plugins.kinds)),
+            synced=self.options.config_secret is None,
+        )
+        """What this process serves and refused (`served.py`): its acknowledgement."""
         registry = strategies.Registry([*strategies.BUILTIN, plugins.strategy_type()])
         self.identity = identity.Identity(cfg.gateway.auth)
         self.webhooks = webhook.build_index(cfg.mcp.capabilities.resources)
@@ -72,9 +121,24 @@ class Gateway:
         self.fanout = self._fanout(registry, cfg.gateway)
         """Watches, subscribers and their writers (`fanout/`): what the handlers and the admin API talk to."""
 
+    def verify(self, cfg: config.GatewayConfig) -> cel.Expressions:
+        """The contract's whole check against the plugins this process has; `ConfigError` naming each problem."""
+        return check.verify(cfg, plugin_kinds=self.plugins.kinds, unusable_plugins=self.plugins.broken)
+
+    def swap(self, cfg: config.GatewayConfig, expressions: cel.Expressions) -> None:
+        """Serve `cfg` (checked: `verify`) from now on, in one synchronous step: nothing awaits between the parts,
+        so no request or fire sees half of it. Watchers and subscribers are `reconfigure.py`'s to follow."""
+        self.config = cfg
+        self.identity.replace(cfg.gateway.auth)
+        self._catalog.replace(cfg.mcp.capabilities)
+        self._policies.replace(expressions)
+        resources = cfg.mcp.capabilities.resources
+        self.webhooks.replace(webhook.build_index(resources, self.webhooks.generated()))
+        self.fanout.use(cfg.gateway)
+
     def _fanout(self, registry: strategies.Registry, cfg: config.GatewaySection) -> fanout.Fanout:
         clock = self.options.clock
-        build = watchers.build_with(
+        build = running.build_with(
             registry.build, self._read_bytes, clock, self.shared, digest=self.reader.digest, rules=self.liveness
         )
         owned = self.owners.run if self.owners is not None else None
@@ -107,6 +171,10 @@ class Gateway:
         """Why this gateway is unready apart from the peers' word: what its sources report says as `ready`."""
         if self.fanout.closing.is_set():
             return "shutting down"
+        if not self.served.synced:
+            return "the configuration Secret has not been read through the API yet"
+        if self.served.serving is None and self.served.refused is not None:
+            return "the configuration was refused and no earlier one is served (see /admin/v1/configuration)"
         if self.bus is not None and self.bus.unready():
             return "bus unreachable"
         return None
@@ -150,6 +218,19 @@ class Gateway:
     def resources(self, principal: identity.Principal) -> list[config.ResourceConfig]:
         """The resources `principal` may read: listing the rest would reveal that they exist."""
         return [r for r in self._catalog.resources if self._policies.may_read(principal, catalog.Binding(r.uri, r))]
+
+    def binding(self, uri: str) -> catalog.Binding | None:
+        """The binding of `uri` in the catalog served now, whoever asks."""
+        return self._catalog.resolve(uri)
+
+    def may_read(self, principal: identity.Principal, binding: catalog.Binding) -> bool:
+        return self._policies.may_read(principal, binding)
+
+    def listing(self, principal: identity.Principal) -> Hashable:
+        """What resources/list and resources/templates/list show `principal`, as one comparable value: a new
+        configuration tells a subscriber its list changed only when this changed for it."""
+        resources = tuple(_listed(r.uri, r) for r in self.resources(principal))
+        return resources, tuple(_listed(t.uri_template, t) for t in self.templates(principal))
 
     def templates(self, principal: identity.Principal) -> list[config.ResourceTemplateConfig]:
         """The templates `principal` could read under: one whose read policy is false for them whatever the URI
@@ -198,3 +279,9 @@ class Gateway:
         step_s = cancellation.STEP_TIMEOUT_S
         await cancellation.within(strategies.close_shared(self.shared), step_s, "closing the shared clients")
         await cancellation.within(self.reader.close(), step_s, "closing the HTTP reader")
+
+
+def _listed(uri: str, entry: config.Entry) -> Hashable:
+    """An entry as a list shows it (`mcp_handlers`): name, URI or template, description, MIME type, `_meta`."""
+    meta = card.meta(entry)
+    return entry.name, uri, card.description(entry), entry.mime_type, tuple(sorted((meta or {}).items()))

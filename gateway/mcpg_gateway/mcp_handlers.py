@@ -35,6 +35,7 @@ from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 from mcpg_gateway import card, catalog, errors
 from mcpg_gateway.contract import uris
 from mcpg_gateway.errors import ReadError, StrategyError
+from mcpg_gateway.fanout import frames, states
 from mcpg_gateway.fanout.fanout import Kind, Refusal, Send, Subscriber
 from mcpg_gateway.gateway import Gateway
 from mcpg_gateway.identity import Principal
@@ -131,9 +132,11 @@ class _Handlers:
         principal = self._caller()
         self._refuse_while_stopping("resources/subscribe")
         binding = self._watchable(str(params.uri), principal, "resources/subscribe")
+        seen = _seen_one(params.meta, binding.uri)
         sub = self._session_subscriber(ctx, principal)
         self.fanout.touch(sub)
         await self._join([binding], sub, "resources/subscribe")
+        self.fanout.catch_up(sub, seen)
         return types.EmptyResult()
 
     async def unsubscribe(self, ctx: Ctx, params: types.UnsubscribeRequestParams) -> types.EmptyResult:
@@ -154,6 +157,7 @@ class _Handlers:
         # Cheap bounds first: how many URIs, before any is deduplicated, resolved or checked against policy.
         self._refusing("subscriptions/listen", lambda: self.fanout.check_named(principal.principal_id, len(named)))
         wanted = list(dict.fromkeys(named))
+        seen = _seen(params.meta, wanted)
         # All or nothing, before any acknowledgement and any upstream read: every URI must be subscribable.
         bindings = await self._all_watchable(wanted, principal, "subscriptions/listen")
         sub = self._refusing("subscriptions/listen", lambda: self._open("listen", ctx, principal, rid))
@@ -162,6 +166,7 @@ class _Handlers:
         try:  # from here on the stream is counted: whatever fails, `close` gives its slot back
             await self._join(bindings, sub, "subscriptions/listen")
             del bindings  # the watchers hold their own: not kept for as long as the stream stays open
+            self.fanout.catch_up(sub, seen)  # waits in its outbox until the acknowledgement has gone out
             await self._acknowledge(ctx, sub, wanted, meta, rid)
             await self.fanout.carry(sub)  # until the gateway ends the stream, or the client leaves
         finally:
@@ -277,11 +282,40 @@ def _sender(session: Any, related_request_id: types.RequestId | None) -> Send:
     """Off HTTP (stdio): how the fan-out's session writer has the SDK write one notification (`session_writer.py`)."""
 
     async def send(uri: str, meta: dict[str, Any]) -> None:
-        params = types.ResourceUpdatedNotificationParams(uri=uri, _meta=meta)
-        note = types.ResourceUpdatedNotification(params=params)
+        note: types.ServerNotification
+        if uri == frames.LIST_CHANGED_KEY:
+            changed = types.NotificationParams(_meta=meta) if meta else None
+            note = types.ResourceListChangedNotification(params=changed)
+        else:
+            params = types.ResourceUpdatedNotificationParams(uri=uri, _meta=meta)
+            note = types.ResourceUpdatedNotification(params=params)
         await session.send_notification(note, related_request_id=related_request_id)
 
     return send
+
+
+def _seen(meta: Any, wanted: list[str]) -> dict[str, str]:
+    """The state tokens a listen hands back (`_meta["dev.mcpg/states"]`); a bad one refuses the listen, naming it."""
+    try:
+        return states.seen(_meta_value(meta, states.STATES_META_KEY), wanted)
+    except ValueError as e:
+        raise MCPError(errors.INVALID_PARAMS, f'_meta["{states.STATES_META_KEY}"] {e}') from None
+
+
+def _seen_one(meta: Any, uri: str) -> dict[str, str]:
+    """The state token a resources/subscribe hands back (`_meta["dev.mcpg/state"]`), as `_seen` gives them."""
+    token = _meta_value(meta, states.STATE_META_KEY)
+    if token is None:
+        return {}
+    try:
+        return {uri: states.one_token(token)}
+    except ValueError as e:
+        raise MCPError(errors.INVALID_PARAMS, f'_meta["{states.STATE_META_KEY}"]: {e}') from None
+
+
+def _meta_value(meta: Any, key: str) -> Any:
+    """One key of a request's `_meta` (the SDK gives it as a dict, or None)."""
+    return meta.get(key) if isinstance(meta, dict) else None
 
 
 def read_error_code(e: ReadError) -> int:

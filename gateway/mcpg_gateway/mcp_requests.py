@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -59,6 +60,11 @@ def listen_body_limit(limits: config.LimitsConfig) -> int:
     URI may be, always fit (up to `BODY_CEILING_BYTES`). The SDK keeps a listen's body (and what it parsed of it)
     for the stream's whole life, so the bound is the listen's need, not the floor of other requests."""
     return min(BODY_CEILING_BYTES, limits.watches_per_principal * PER_URI_BYTES + ENVELOPE_BYTES)
+
+
+def bounds_of(limits: config.LimitsConfig) -> tuple[int, int]:
+    """(`body_limit`, `listen_body_limit`) of `limits`: what `Envelope` reads."""
+    return body_limit(limits), listen_body_limit(limits)
 
 
 def body_limit(limits: config.LimitsConfig) -> int:
@@ -203,22 +209,26 @@ def _scalar_size(item: object, room: int) -> int:
 
 
 class Envelope:
-    """Behind authentication on /mcp: a POST's body read within `limit` and checked, then handed to the SDK."""
+    """Behind authentication on /mcp: a POST's body read within its bound and checked, then handed to the SDK.
 
-    def __init__(self, app: ASGIApp, limit: int, listen_limit: int, metrics: Metrics) -> None:
-        self._app, self._limit, self._listen_limit, self._refusals = app, limit, listen_limit, metrics.refusals
+    `bounds` says (body, listen body) per request, from the configuration served (`bounds_of`): a new one applied
+    in place (`reconfigure.py`) bounds the next request."""
+
+    def __init__(self, app: ASGIApp, bounds: Callable[[], tuple[int, int]], metrics: Metrics) -> None:
+        self._app, self._bounds, self._refusals = app, bounds, metrics.refusals
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "POST":
             await self._app(scope, receive, send)  # the SDK reads no other request's body
             return
-        if _declares_over(first(scope["headers"], CONTENT_LENGTH_HEADER), self._limit):
-            await self._refuse(send, self._too_large())  # told by its head: not a byte of it is read
+        limit, listen_limit = self._bounds()
+        if _declares_over(first(scope["headers"], CONTENT_LENGTH_HEADER), limit):
+            await self._refuse(send, _too_large(limit))  # told by its head: not a byte of it is read
             return
-        body = await _read(receive, self._limit)
+        body = await _read(receive, limit)
         if body is None:
             return  # the client left before its body was in: there is no one to answer
-        refusal = self._too_large() if len(body) > self._limit else check(body, of(scope).era, self._listen_limit)
+        refusal = _too_large(limit) if len(body) > limit else check(body, of(scope).era, listen_limit)
         if refusal is not None:
             await self._refuse(send, refusal)
             return
@@ -233,10 +243,9 @@ class Envelope:
         self._refusals.labels("request", str(refusal.code)).inc()
         await answer_error(send, refusal.status, refusal.code, refusal.message)
 
-    def _too_large(self) -> Refusal:
-        return Refusal(
-            413, INVALID_REQUEST, f"the request body is more than {self._limit} bytes, the gateway's bound for /mcp"
-        )
+
+def _too_large(limit: int) -> Refusal:
+    return Refusal(413, INVALID_REQUEST, f"the request body is more than {limit} bytes, the gateway's bound for /mcp")
 
 
 def _declares_over(declared: str | None, limit: int) -> bool:

@@ -139,6 +139,27 @@ class Metrics:
             ["upstream"],
             registry=r,
         )
+        self.configurations = Counter(
+            "mcpg_config_offers_total",
+            "New configurations offered to this process (a reload, the configuration Secret), by result: applied, "
+            "unchanged (its digest is the one served: nothing done), refused (the one before keeps serving)",
+            ["result"],
+            registry=r,
+        )
+        self.config_applied_at = Gauge(
+            "mcpg_config_applied_timestamp_seconds", "When the configuration served now was applied", registry=r
+        )
+        self.config_apply_seconds = Gauge(
+            "mcpg_config_apply_seconds",
+            "How long the latest configuration applied took to check and swap in (the event loop waited that long)",
+            registry=r,
+        )
+        self.config_restart_pending = Gauge(
+            "mcpg_config_restart_pending",
+            "1 while the configuration served changes a field only a restart applies (the bus, NATS, liveness, "
+            "socket caps), else 0",
+            registry=r,
+        )
 
 
 class BusMetrics:

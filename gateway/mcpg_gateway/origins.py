@@ -10,7 +10,7 @@ triggering watches or talking to `/mcp` with a user's browser; it authenticates 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -28,13 +28,14 @@ def allowed(headers: Iterable[tuple[bytes, bytes]], allowed_origins: list[str]) 
 
 
 class OriginGuard:
-    """Refuse, with 403, browser requests from origins not in `allowed_origins`."""
+    """Refuse, with 403, browser requests from origins not in `allowed_origins` (asked per request: the
+    configuration served)."""
 
-    def __init__(self, app: ASGIApp, allowed_origins: list[str]) -> None:
+    def __init__(self, app: ASGIApp, allowed_origins: Callable[[], list[str]]) -> None:
         self.app, self.allowed_origins = app, allowed_origins
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and not allowed(scope["headers"], self.allowed_origins):
+        if scope["type"] == "http" and not allowed(scope["headers"], self.allowed_origins()):
             await JSONResponse(REFUSAL, status_code=403)(scope, receive, send)
             return
         await self.app(scope, receive, send)

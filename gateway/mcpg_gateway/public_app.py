@@ -6,9 +6,8 @@
 before the SDK reads it. The webhook route is gated by its token in the path, and health by nothing. /readyz
 answers 503 while the gateway is stopping, and on a bus once the bus has been unreachable for longer than a short
 grace, or while an event source another gateway reaches has been unreachable from here for a while (`peers.py`).
-The server card (`card.py`) is gated by nothing either, because it holds no secret: it is encoded once here, since
-the configuration never changes in a running process, and with `server.server_card` off its path is not routed at
-all, so it answers 404 like any unknown path.
+The server card (`card.py`) is gated by nothing either, because it holds no secret: it is encoded once per
+configuration served, and with `server.server_card` off its path answers 404 like any unknown path.
 
 The MCP session manager is not tied to a Starlette lifespan here: `servers.py` enters it around both servers,
 so a shutdown can answer listen streams first and close sessions before the HTTP servers stop.
@@ -21,7 +20,7 @@ from collections.abc import Awaitable, Callable
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
@@ -31,33 +30,35 @@ from mcpg_gateway.sdk import manager as managers
 from mcpg_gateway.sdk import surface
 
 CARD_CACHE_CONTROL = "public, max-age=300"
-"""A directory may keep the card a few minutes: it changes only when the gateway restarts with a new config."""
+"""A directory may keep the card a few minutes: it changes only with a new configuration."""
 
 
 def build(gw: Gateway, manager: managers.SessionManager) -> ASGIApp:
-    """The webhook route (plain ASGI, see webhook_route.py) in front of a Starlette app for the rest."""
-    server, limits = gw.config.gateway.server, gw.config.gateway.limits
+    """The webhook route (plain ASGI, see webhook_route.py) in front of a Starlette app for the rest. Every bound
+    and rule here is read from the configuration served when a request needs it, so one applied in place
+    (`reconfigure.py`) governs the next request."""
     # Innermost, so each request's stream is the SDK's own response (`streams.py`).
     sdk_app = gw.fanout.capture(managers.asgi_app(manager))
     # Behind authentication, so no unknown caller has a body read, and the session limit knows whose session a
     # request would open (`sessions.py`); the limit first, as it needs no body.
-    body_limits = mcp_requests.body_limit(limits), mcp_requests.listen_body_limit(limits)
-    bounded = mcp_requests.Envelope(sdk_app, *body_limits, gw.metrics)
-    sessions_app = sessions.SessionLimit(bounded, manager, limits.sessions_per_principal, gw.metrics)
-    guarded = origins.OriginGuard(identity.protect(sessions_app, gw.identity, gw.metrics), server.allowed_origins)
+    bounded = mcp_requests.Envelope(sdk_app, lambda: mcp_requests.bounds_of(gw.config.gateway.limits), gw.metrics)
+    per_principal = sessions.SessionLimit(
+        bounded, manager, lambda: gw.config.gateway.limits.sessions_per_principal, gw.metrics
+    )
+    origins_now = lambda: gw.config.gateway.server.allowed_origins  # noqa: E731  # a getter, named for the line
+    guarded = origins.OriginGuard(identity.protect(per_principal, gw.identity, gw.metrics), origins_now)
     mcp_endpoint = mcp_requests.Front(guarded)
     routes = [
         Route("/mcp", endpoint=mcp_endpoint),
         Route("/healthz", endpoint=_healthz),
         Route("/readyz", endpoint=_readyz(gw)),
+        Route(card.PATH, endpoint=_server_card(gw, surface.of(manager)), methods=["GET"]),
     ]
-    if server.server_card:
-        body = json.dumps(card.server_card(gw.config, surface.of(manager))).encode()
-        routes.append(Route(card.PATH, endpoint=_server_card(body), methods=["GET"]))
 
     async def fire(uri: str) -> None:
         await gw.announce(uri, "webhook")
 
+    server = lambda: gw.config.gateway.server  # noqa: E731
     return webhook_route.WebhookRoute(gw.webhooks, fire, server, gw.metrics.webhook_requests, Starlette(routes=routes))
 
 
@@ -65,8 +66,19 @@ async def _healthz(request: Request) -> Response:
     return JSONResponse({"ok": True})
 
 
-def _server_card(body: bytes) -> Callable[[Request], Awaitable[Response]]:
+def _server_card(gw: Gateway, served: surface.Surface) -> Callable[[Request], Awaitable[Response]]:
+    """The card of the configuration served, encoded once per configuration; with `server.server_card` off it
+    answers 404 like any unknown path."""
+    encoded: dict[int, bytes] = {}
+
     async def server_card(request: Request) -> Response:
+        cfg = gw.config
+        if not cfg.gateway.server.server_card:
+            return PlainTextResponse("Not Found", status_code=404)  # as Starlette answers a path it does not route
+        body = encoded.get(id(cfg))
+        if body is None:
+            encoded.clear()  # one configuration's card at a time
+            body = encoded[id(cfg)] = json.dumps(card.server_card(cfg, served)).encode()
         return Response(body, media_type="application/json", headers={"Cache-Control": CARD_CACHE_CONTROL})
 
     return server_card

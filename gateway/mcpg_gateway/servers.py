@@ -20,9 +20,10 @@ from dataclasses import dataclass
 
 import uvicorn
 
-from mcpg_gateway import admin_app, cancellation, connections, mcp_handlers, mcp_requests, public_app
+from mcpg_gateway import admin_app, cancellation, connections, mcp_handlers, mcp_requests, public_app, reconfigure
 from mcpg_gateway.gateway import Gateway
 from mcpg_gateway.sdk import manager as managers
+from mcpg_gateway.sdk import sessions
 
 logger = logging.getLogger(__name__)
 
@@ -90,21 +91,29 @@ async def serve(
     admin_port: int,
     stop: asyncio.Event,
     on_ready: Callable[[Addresses], None] | None = None,
+    hangup: asyncio.Event | None = None,
 ) -> None:
-    """Serve until `stop` is set, then shut down gracefully."""
+    """Serve until `stop` is set, then shut down gracefully. New configurations are applied in place meanwhile
+    (`reconfigure.followers`); `hangup`: set on SIGHUP, to read the configuration file again."""
     manager = managers.session_manager(
         mcp_handlers.build_server(gw),
         idle_timeout_s=gw.config.gateway.server.session_idle_timeout_s,
         max_sessions=gw.config.gateway.limits.sessions_total,
-        # The SDK's own body bound (4 MiB by default) is never the smaller: what /mcp reads is `mcp_requests`'.
-        max_body_bytes=mcp_requests.body_limit(gw.config.gateway.limits),
+        # The SDK's own body bound is never the smaller: what /mcp reads is `mcp_requests`' (its bound follows the
+        # configuration served, so the SDK gets the ceiling any configuration can reach).
+        max_body_bytes=mcp_requests.BODY_CEILING_BYTES,
     )
+    reconfigurer = reconfigure.Reconfigurer(gw, sessions.OpenSessions(manager))
     public_guard, admin_guard = _guards(gw)
     public_sock, admin_sock = _bind(host, port, public_guard), _bind(host, admin_port, admin_guard)
     public = _uvicorn(public_app.build(gw, manager), graceful_s=3, guard=public_guard)
     admin = _uvicorn(admin_app.build(gw), graceful_s=1, guard=admin_guard)
+    followers: list[asyncio.Task[None]] = []
     try:
         await gw.start()
+        followers = [
+            asyncio.create_task(f, name="mcpg configuration") for f in reconfigure.followers(gw, reconfigurer, hangup)
+        ]
         with connections.accept_errors_logged(asyncio.get_running_loop(), gw.metrics):
             async with manager.run():
                 tasks = [
@@ -124,6 +133,9 @@ async def serve(
                 public.should_exit = admin.should_exit = True
             await _servers_stopped(tasks)
     finally:
+        for task in followers:
+            task.cancel()
+        await cancellation.stopped(followers, cancellation.STEP_TIMEOUT_S, "stopping the configuration followers")
         await gw.aclose()
         public_sock.close()
         admin_sock.close()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Callable
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -29,7 +30,8 @@ logger = logging.getLogger(__name__)
 
 
 class SessionLimit:
-    def __init__(self, app: ASGIApp, manager: SessionManager, limit: int, metrics: Metrics) -> None:
+    def __init__(self, app: ASGIApp, manager: SessionManager, limit: Callable[[], int], metrics: Metrics) -> None:
+        """`limit`: the sessions a principal may hold, asked per opening request (the configuration served)."""
         self._app, self._manager, self._limit, self._metrics = app, manager, limit, metrics
         self._opening: Counter[str] = Counter()
 
@@ -38,9 +40,9 @@ class SessionLimit:
         if principal_id is None:
             await self._app(scope, receive, send)
             return
-        held = self.held(principal_id)
-        if held >= self._limit:
-            await self._refuse(principal_id, held, send)
+        held, limit = self.held(principal_id), self._limit()
+        if held >= limit:
+            await self._refuse(principal_id, held, limit, send)
             return
         self._opening[principal_id] += 1
         try:
@@ -54,10 +56,10 @@ class SessionLimit:
         """Sessions `principal_id` holds, counting the ones being opened now."""
         return owners.held(self._manager, principal_id) + self._opening[principal_id]
 
-    async def _refuse(self, principal_id: str, held: int, send: Send) -> None:
+    async def _refuse(self, principal_id: str, held: int, limit: int, send: Send) -> None:
         self._metrics.refusals.labels("session", str(errors.TOO_MANY_REQUESTS)).inc()
         message = (
-            f"principal {principal_id!r} holds {held} open sessions (limit {self._limit}); end one "
+            f"principal {principal_id!r} holds {held} open sessions (limit {limit}); end one "
             "(DELETE it) or let it expire, and retry"
         )
         await mcp_requests.answer_error(send, 429, errors.TOO_MANY_REQUESTS, message)

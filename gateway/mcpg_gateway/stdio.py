@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from mcpg_gateway import cancellation, identity, mcp_handlers, stdio_transport
+from mcpg_gateway import cancellation, identity, mcp_handlers, reconfigure, stdio_transport
 from mcpg_gateway.contract import config
 from mcpg_gateway.contract.errors import GatewayError
 from mcpg_gateway.gateway import Gateway
@@ -54,13 +54,18 @@ def principal_for(auth: config.AuthConfig, principal_id: str | None) -> Principa
     )
 
 
-async def serve(gw: Gateway, principal: Principal, stop: asyncio.Event) -> None:
+async def serve(gw: Gateway, principal: Principal, stop: asyncio.Event, hangup: asyncio.Event | None = None) -> None:
     """Serve one client on stdin/stdout until it closes stdin or `stop` is set (stdin open or not), then shut down
-    gracefully: its listen streams are answered first."""
+    gracefully: its listen streams are answered first. New configurations are applied in place meanwhile
+    (`reconfigure.followers`; there are no sessions to end on a pipe: a principal removed is refused from then on)."""
     server = mcp_handlers.build_server(gw)
     # Every task the connection starts copies this context: its handlers run as `principal`.
     auth.act_as(identity.access_token(principal))
     await gw.start()
+    reconfigurer = reconfigure.Reconfigurer(gw)
+    followers = [
+        asyncio.create_task(f, name="mcpg configuration") for f in reconfigure.followers(gw, reconfigurer, hangup)
+    ]
     try:
         async with stdio_transport.streams() as (read, write):
             logger.info("gateway serving MCP on stdio as principal %r", principal.principal_id)
@@ -73,6 +78,9 @@ async def serve(gw: Gateway, principal: Principal, stop: asyncio.Event) -> None:
             else:
                 await _end(gw, session)
     finally:
+        for task in followers:
+            task.cancel()
+        await cancellation.stopped(followers, cancellation.STEP_TIMEOUT_S, "stopping the configuration followers")
         await gw.aclose()
 
 

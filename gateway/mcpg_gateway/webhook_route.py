@@ -43,8 +43,14 @@ class WebhookRoute:
     """The route, in front of `fallback` (the public app), which gets every other request unchanged."""
 
     def __init__(
-        self, index: TokenIndex, fire: Fire, server: config.ServerConfig, requests: Counter, fallback: ASGIApp
+        self,
+        index: TokenIndex,
+        fire: Fire,
+        server: Callable[[], config.ServerConfig],
+        requests: Counter,
+        fallback: ASGIApp,
     ) -> None:
+        """`index` is swapped in place by a new configuration; `server`: its `gateway.server`, asked per request."""
         self.index, self.fire, self.server, self.fallback = index, fire, server, fallback
         # Label children resolved once: a labels() lookup per request is measurable on this path.
         self.ok, self.unknown = requests.labels("ok"), requests.labels("unknown_token")
@@ -75,10 +81,11 @@ class WebhookRoute:
     async def _answer(
         self, scope: Scope, headers: dict[bytes, bytes], receive: Receive, span: Span
     ) -> tuple[int, dict[str, Any]]:
-        if not origins.allowed(scope["headers"], self.server.allowed_origins):
+        server = self.server()
+        if not origins.allowed(scope["headers"], server.allowed_origins):
             self.forbidden.inc()
             return 403, origins.REFUSAL
-        if not await _body_within(headers.get(b"content-length"), receive, self.server.max_webhook_body_bytes):
+        if not await _body_within(headers.get(b"content-length"), receive, server.max_webhook_body_bytes):
             self.too_large.inc()
             return 413, {"error": "request body too large"}
         route = self.index.lookup(scope["path"][len(PREFIX) :])

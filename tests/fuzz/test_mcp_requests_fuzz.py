@@ -116,7 +116,7 @@ async def run(
         await send({"type": "http.response.body", "body": b"sdk"})
 
     async with asyncio.timeout(BOUND_S):
-        await mcp_requests.Envelope(sdk, *limits, Metrics())(scope, receive, send)
+        await mcp_requests.Envelope(sdk, lambda: limits, Metrics())(scope, receive, send)
     return answered, received
 
 

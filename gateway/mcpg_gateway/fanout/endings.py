@@ -2,9 +2,10 @@
 
 A subscriptions/listen the gateway ends is answered with `_meta[WATCH_END_META_KEY] = {"reason", "detail"}`, plus
 `uris` (the URIs the gateway ended for that reason) and `status` on `resource_gone` when the failing read had one.
-`detail` is a sentence of advice, so a client that does not know the reason word can still act. The list is closed
-and published in the server card (`card.py`); a client should treat a word it does not know as "an ending this
-client does not know", never as any particular one.
+`detail` is a sentence of advice, so a client that does not know the reason word can still act. The last three
+come from a new configuration applied in place (`reconfigure.py`). The list is closed and published in the server
+card (`card.py`); a client should treat a word it does not know as "an ending this client does not know", never as
+any particular one.
 """
 
 from __future__ import annotations
@@ -20,7 +21,15 @@ WATCH_END_META_KEY = "dev.mcpg/watch-end"
 SUBSCRIBABLE_META_KEY = "dev.mcpg/subscribable"
 """On a listed resource or template: true when it has a watch, so a client can filter without this README."""
 
-Reason = Literal["resource_gone", "lifetime_reached", "watcher_evicted", "shutdown"]
+Reason = Literal[
+    "resource_gone",
+    "lifetime_reached",
+    "watcher_evicted",
+    "shutdown",
+    "resource_removed",
+    "access_revoked",
+    "principal_removed",
+]
 
 ADVICE: dict[Reason, str] = {
     "resource_gone": (
@@ -33,6 +42,15 @@ ADVICE: dict[Reason, str] = {
         "and keep the session busy"
     ),
     "shutdown": "the gateway is stopping; reconnect and listen again (another replica will take you)",
+    "resource_removed": (
+        "the gateway's configuration no longer serves this resource (or no longer watches it); list resources to "
+        "see what is served now"
+    ),
+    "access_revoked": (
+        "the gateway's configuration no longer lets you read this resource, so you are no longer told of it; "
+        "listen again for the rest"
+    ),
+    "principal_removed": "the gateway's configuration no longer knows your credential: every subscription of it ended",
 }
 REASONS: tuple[Reason, ...] = tuple(ADVICE)
 

@@ -9,26 +9,31 @@ subscriber, subscribe it, touch it, fire URIs and close it here; none of them re
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from starlette.types import ASGIApp
 
 from mcpg_gateway import cancellation, catalog
 from mcpg_gateway.contract import config
-from mcpg_gateway.fanout import lease, limits, streams, subscribers, watchers
+from mcpg_gateway.fanout import delivery, frames, lease, limits, running, streams, subscribers, watchers
 from mcpg_gateway.fanout.delivery import Writer
+from mcpg_gateway.fanout.endings import Ending
 from mcpg_gateway.fanout.frames import RequestId, subscription_meta
 from mcpg_gateway.fanout.limits import Refusal
+from mcpg_gateway.fanout.running import Watcher
 from mcpg_gateway.fanout.session_writer import Send, SessionWriter
 from mcpg_gateway.fanout.stream_writer import StreamWriter
-from mcpg_gateway.fanout.subscribers import Kind, Subscriber
-from mcpg_gateway.fanout.watchers import Watcher
+from mcpg_gateway.fanout.subscribers import Kind, Pending, Subscriber
 from mcpg_gateway.identity import Principal
 from mcpg_gateway.metrics import Metrics
 from mcpg_gateway.strategies import base
 
 __all__ = ["Fanout", "Kind", "Refusal", "Send", "Subscriber", "Watcher"]
+
+LIST_CHANGED_LABEL = "list_changed"
+"""The `strategy` label of a list change in the notification metrics: it comes from no watch."""
 
 
 class Fanout:
@@ -36,13 +41,13 @@ class Fanout:
 
     def __init__(
         self,
-        build: watchers.StrategyBuilder,
+        build: running.StrategyBuilder,
         metrics: Metrics,
         clock: base.Clock,
         audience: watchers.Audience,
         cfg: config.GatewaySection,
         send_timeout_s: float,
-        owned: watchers.OwnedRunner | None = None,
+        owned: running.OwnedRunner | None = None,
     ) -> None:
         """`audience`: whether a fired binding's subscriber is told (its notification filter); `owned`: runs a pull
         watch where its lease is, on a bus (`ownership.Owners.run`); `send_timeout_s`: how long one subscriber's
@@ -127,6 +132,10 @@ class Fanout:
         """A request on `sub`'s session renews its lease (`lease.py`)."""
         self._watches.touch(sub)
 
+    def catch_up(self, sub: Subscriber, seen: Mapping[str, str]) -> int:
+        """Tell `sub` at once of each URI (it holds) whose state moved from the token it last saw (`states.py`)."""
+        return self._watches.catch_up(sub, seen)
+
     # --- fires ------------------------------------------------------------------------------------------------
 
     async def fire(self, uri: str, strategy: str) -> int:
@@ -143,6 +152,55 @@ class Fanout:
         """Every held URI told once (fires published while this process was cut off never reached it)."""
         for watcher in self._watches.watchers():
             await self._watches.fire(watcher.uri, watcher.strategy_type)
+
+    # --- a new configuration (`reconfigure.py`) ----------------------------------------------------------------
+
+    def use(self, cfg: config.GatewaySection) -> None:
+        """A new configuration's limits and lease terms, for every decision from now on."""
+        self._limits = cfg.limits
+        self._watches.use(lease.Terms.from_config(cfg.subscriptions), cfg.limits)
+        self._subscribers.use(cfg.limits)
+
+    def rebind(self, resolve: Callable[[str], catalog.Binding | None]) -> watchers.Rebound:
+        """Every running watcher kept, restarted or ended for the new catalog (`watchers.WatchRegistry.rebind`)."""
+        return self._watches.rebind(resolve)
+
+    def recheck(self, principal_now: watchers.PrincipalNow, may_read: watchers.MayRead) -> set[str]:
+        """Every subscription authorised again; every open listen stream of a removed principal answered. Returns
+        the ids of the removed principals that held one."""
+        removed = self._watches.recheck(principal_now, may_read)
+        for sub in self._subscribers.listeners():
+            if sub.principal is None:
+                continue
+            now = principal_now(sub.principal_id)
+            if now is None:
+                removed.add(sub.principal_id)
+                self._subscribers.end_listen(sub, Ending("principal_removed"))
+            else:
+                sub.principal = now
+        return removed
+
+    def listeners(self) -> list[Subscriber]:
+        """The open subscriptions/listen streams."""
+        return self._subscribers.listeners()
+
+    def tell_list_changed(self, sub: Subscriber) -> bool:
+        """Tell one subscriber that what it may list changed (through its writer, after what it is behind by).
+        False if it is going away."""
+        pending = Pending(frames.LIST_CHANGED_KEY, LIST_CHANGED_LABEL, list_changed=True)
+        return delivery.to_each([sub], pending, lambda s: b"", self._metrics) == 1
+
+    def tell_session_list_changed(self, session_id: str) -> bool:
+        """Tell a handshake-era session with no subscriber that its list changed, on its GET stream if one is
+        open (as the SDK would, a session without one is told nothing). False if it was not written."""
+        stream = self._streams.of_session(session_id)
+        if stream is None or not stream.writable:
+            return False
+        writing = stream.write(frames.list_changed())
+        if writing is not None:  # the connection is full: finished in bound on its own, or dropped
+            asyncio.get_running_loop().create_task(_bounded(writing, self._send_timeout_s), name="mcpg list change")
+        self._metrics.notifications_sent.labels(LIST_CHANGED_LABEL).inc()
+        return True
 
     # --- what the admin API and readiness see -----------------------------------------------------------------
 
@@ -189,3 +247,11 @@ class Fanout:
         """Answer the listen streams, then stop every watch in bound (releasing the leases of owned ones)."""
         self._subscribers.end_listen_streams()
         await self._watches.close()
+
+
+async def _bounded(writing: asyncio.Task[None], timeout_s: float) -> None:
+    """A write left to finish on its own: dropped past `timeout_s` (the client stopped reading), or when the
+    stream ended under it, like any notification to one subscriber."""
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(timeout_s):
+            await writing

@@ -57,6 +57,10 @@ class Watches:
         self.total = 0
         """(principal, URI) pairs held: the number the server-wide ceiling bounds."""
 
+    def use(self, limits: config.LimitsConfig) -> None:
+        """A new configuration's limits, for every admission from now on (what is held stays held)."""
+        self._limits = limits
+
     def held(self, principal_id: str) -> dict[str, int]:
         return self._held.get(principal_id, {})
 
@@ -132,6 +136,10 @@ class Streams:
         self._limits = limits
         self._open: dict[str, int] = {}
         self.total = 0
+
+    def use(self, limits: config.LimitsConfig) -> None:
+        """A new configuration's limits, for every stream opened from now on (open streams stay open)."""
+        self._limits = limits
 
     def open(self, principal_id: str) -> None:
         """Count one more stream for `principal_id`, or raise `Refusal`."""

@@ -13,11 +13,13 @@ from typing import Any
 
 from mcpg_gateway.fanout import eager
 from mcpg_gateway.fanout.delivery import Writer
+from mcpg_gateway.fanout.states import STATE_META_KEY
 from mcpg_gateway.fanout.subscribers import Pending, Subscriber
 from mcpg_gateway.metrics import Metrics
 
 Send = Callable[[str, dict[str, Any]], Awaitable[None]]
-"""Write one notifications/resources/updated of a URI, with its `_meta`, through the SDK's session."""
+"""Write one notifications/resources/updated of a URI, with its `_meta`, through the SDK's session; given
+`frames.LIST_CHANGED_KEY` for the URI, a notifications/resources/list_changed."""
 WatchMeta = Callable[[Subscriber, str], dict[str, Any]]
 """The `_meta` saying the state of `uri`'s watch for a subscriber (`lease.py`)."""
 
@@ -43,5 +45,9 @@ class SessionWriter(Writer):
         self._send, self._watch_meta, self._meta = send, watch_meta, meta or {}
 
     def _start(self, pending: Pending) -> asyncio.Task[None] | None:
+        if pending.list_changed:  # `send` tells a list change by its key (`frames.LIST_CHANGED_KEY`)
+            return eager.start(self._send(pending.uri, dict(self._meta)))
         meta = {**self._meta, **self._watch_meta(self.sub, pending.uri)}
+        if pending.state is not None:
+            meta[STATE_META_KEY] = pending.state
         return eager.start(self._send(pending.uri, meta))

@@ -78,6 +78,8 @@ class StreamWriter(Writer):
         return stream.write(self._frame(pending, self._watch_member(self.sub, pending.uri)))
 
     def _frame(self, pending: Pending, watch: bytes) -> bytes:
+        if pending.list_changed:
+            return frames.list_changed(self._meta) if self._meta else frames.list_changed()
         if self._meta:
             return frames.frame(pending.after_meta, self._meta, watch)
         return frames.frame(pending.after_meta, watch)

@@ -22,6 +22,7 @@ from typing import Literal, Protocol
 from prometheus_client import Gauge
 
 from mcpg_gateway import tracing
+from mcpg_gateway.contract import config
 from mcpg_gateway.fanout import limits
 from mcpg_gateway.fanout.endings import Ending
 from mcpg_gateway.identity import Principal
@@ -70,6 +71,10 @@ class Pending:
     strategy: str
     trace: tracing.Parent | None = None
     after_meta: bytes = b""
+    list_changed: bool = False
+    """A notifications/resources/list_changed rather than an update of `uri` (then `frames.LIST_CHANGED_KEY`)."""
+    state: str | None = None
+    """The URI's state token after this fire (`states.py`), in `after_meta` and in the SDK's `_meta` off HTTP."""
 
 
 class Outbox:
@@ -185,6 +190,19 @@ class Subscribers:
     def listening(self) -> int:
         """How many subscriptions/listen streams are open."""
         return len(self._listeners)
+
+    def listeners(self) -> list[Subscriber]:
+        """The open subscriptions/listen streams."""
+        return list(self._listeners)
+
+    def use(self, limits_cfg: config.LimitsConfig) -> None:
+        """A new configuration's listen limits (`limits.Streams.use`)."""
+        self._streams.use(limits_cfg)
+
+    def end_listen(self, sub: Subscriber, ending: Ending) -> None:
+        """Answer one open listen stream with `ending` (what it still carries ends with it)."""
+        sub.ending = sub.ending or ending
+        sub.outbox.close()
 
     def end_listen_streams(self) -> None:
         """Graceful shutdown, step one: every open subscriptions/listen stream is answered with its result."""

@@ -13,38 +13,39 @@ subscriptions for the reasons in `endings.py`: the upstream answered 401/403/404
 ran out (`lifetime_reached`, scheduled by `lifetimes.py`), or the principal's limit needed the room
 (`watcher_evicted`). A listen stream is answered as soon as the gateway ends any URI it carries, naming the URIs:
 the client listens again for the rest.
+
+A new configuration applied in place (`reconfigure.py`) reaches the registry in two synchronous steps: `rebind`
+resolves every running watcher's URI again and keeps, restarts or ends it (`rebinding.py`), and `recheck` puts each
+subscriber's principal as now configured in its place and ends what it may no longer read. A restarted watcher
+takes its predecessor's subscribers as they are (their leases, lifetimes and outboxes), starts its own strategy
+(retrying with backoff while the source is down, rather than dropping them), and fires once if both baselines are
+content digests and they differ: a client reading the URI now gets what the new source serves.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from mcpg_gateway import audit, backoff, cancellation, catalog, liveness, tracing
+from mcpg_gateway import audit, cancellation, catalog, tracing
 from mcpg_gateway.contract import config
-from mcpg_gateway.errors import StrategyError, WatchGone
-from mcpg_gateway.fanout import delivery, frames, lease, lifetimes, limits
+from mcpg_gateway.errors import WatchGone
+from mcpg_gateway.fanout import delivery, frames, lease, lifetimes, limits, rebinding, running, states
 from mcpg_gateway.fanout.endings import Ending
+from mcpg_gateway.fanout.running import Watcher
 from mcpg_gateway.fanout.subscribers import Pending, Subscriber
+from mcpg_gateway.identity import Principal
 from mcpg_gateway.metrics import Metrics
 from mcpg_gateway.strategies import base
 
 logger = logging.getLogger(__name__)
 
-StrategyBuilder = Callable[[catalog.Binding, base.ReadStats], base.WatchStrategy]
-OwnedRunner = Callable[[str, str, base.PullStrategy, base.Fire], Awaitable[None]]
-"""Runs a pull strategy for every gateway on a bus, while this one owns it (`ownership.Owners.run`):
-`(uri, strategy_type, pull, fire_here)`."""
 FIRE_SPAN = "mcpg.watch.fire"
-POLL_SPAN = "mcpg.watch.poll"
-CLOSE_TIMEOUT_S = 2.0
-"""How long a stopping watcher waits for its strategy's `close` (a connection's goodbye) before going on."""
 Audience = Callable[[catalog.Binding, Subscriber], bool]
 """Whether one subscriber of a fired binding is told. Must not raise: it decides for that subscriber only."""
 
@@ -53,46 +54,32 @@ def tell_everyone(binding: catalog.Binding, sub: Subscriber) -> bool:
     return True
 
 
-@dataclass(eq=False)
-class Watcher:
-    binding: catalog.Binding
-    strategy_type: str
-    strategy: base.WatchStrategy
-    stats: base.ReadStats
-    started: asyncio.Future[None]
-    subscribers: set[Subscriber] = field(default_factory=set)
-    started_at: float = field(default_factory=time.time)
-    last_fired: float | None = None
-    task: asyncio.Task[None] | None = None
-    quickened: asyncio.Event = field(default_factory=asyncio.Event)
-    """Set when a subscriber's lease is renewed: a slowed poll stops waiting out its slow interval."""
+@dataclass(frozen=True, slots=True)
+class Rebound:
+    """What a new configuration did to the running watchers (`WatchRegistry.rebind`)."""
 
-    @property
-    def uri(self) -> str:
-        return self.binding.uri
-
-    @property
-    def pull(self) -> base.PullStrategy | None:
-        return base.as_pull(self.strategy)
+    kept: int = 0
+    restarted: int = 0
+    removed: int = 0
+    """Watchers whose URI is no longer served (or no longer watched): their subscriptions ended."""
 
 
-def strategy_type(binding: catalog.Binding) -> str:
-    watch = binding.watch
-    return watch.strategy.type if watch is not None else "none"
+PrincipalNow = Callable[[str], Principal | None]
+"""A principal as the configuration now has it, by id; None once it has been removed."""
+MayRead = Callable[[Principal, catalog.Binding], bool]
 
 
 class WatchRegistry:
     def __init__(
         self,
-        build: StrategyBuilder,
+        build: running.StrategyBuilder,
         metrics: Metrics,
         clock: base.Clock | None = None,
         audience: Audience = tell_everyone,
-        owned: OwnedRunner | None = None,
+        owned: running.OwnedRunner | None = None,
         terms: lease.Terms | None = None,
         limits_cfg: config.LimitsConfig | None = None,
     ) -> None:
-        self._build = build
         self._owned = owned
         self._audience = audience
         self._metrics = metrics
@@ -106,6 +93,10 @@ class WatchRegistry:
         self._stopping: cancellation.Stopping[Watcher] = cancellation.Stopping()
         """Watchers asked to stop (their last subscriber left) that have not yet: shown, and waited for in bound."""
         self._lifetimes = lifetimes.Lifetimes(self._clock, self._expire)
+        self.states = states.States()
+        """Each URI's last fire (`states.py`)."""
+        hooks = running.Hooks(self.fire, self._gone, self._failed_to_start, self._started_anew, lambda: self.terms)
+        self._runner = running.Runner(build, metrics, self._clock, hooks, owned)
 
     def watchers(self) -> list[Watcher]:
         return list(self._watchers.values())
@@ -170,6 +161,51 @@ class WatchRegistry:
                 if watcher is not None:
                     watcher.quickened.set()
 
+    # --- a new configuration ----------------------------------------------------------------------------
+
+    def use(self, terms: lease.Terms, limits_cfg: config.LimitsConfig) -> None:
+        """A new configuration's lease terms and limits, for every decision from now on (a subscription's end
+        already scheduled keeps its time)."""
+        self.terms = terms if self._owned is None else dataclasses.replace(terms, slows=False)
+        self.holdings.use(limits_cfg)
+
+    def rebind(self, resolve: Callable[[str], catalog.Binding | None]) -> Rebound:
+        """Resolve every running watcher's URI in the new catalog: keep, restart or end it (`rebinding.fate`)."""
+        kept = restarted = removed = 0
+        for watcher in list(self._watchers.values()):
+            binding = resolve(watcher.uri)
+            fate = rebinding.fate(watcher.binding, binding)
+            if fate is rebinding.Fate.KEEP and binding is not None:
+                watcher.binding = binding
+                kept += 1
+            elif fate is rebinding.Fate.RESTART and binding is not None:
+                self._restart(watcher, binding)
+                restarted += 1
+            else:
+                for sub in list(watcher.subscribers):
+                    self.end(sub, watcher.uri, Ending("resource_removed"))
+                removed += 1
+        return Rebound(kept, restarted, removed)
+
+    def recheck(self, principal_now: PrincipalNow, may_read: MayRead) -> set[str]:
+        """Each subscriber's principal as now configured, and its subscriptions authorised again: a removed
+        principal's end (`principal_removed`), and so does each URI the read policy now denies (`access_revoked`).
+        Returns the ids of the removed principals met."""
+        removed: set[str] = set()
+        for watcher in list(self._watchers.values()):
+            for sub in list(watcher.subscribers):
+                if sub.principal is None:
+                    continue  # built outside MCP (tests): nobody to authorise
+                now = principal_now(sub.principal_id)
+                if now is None:
+                    removed.add(sub.principal_id)
+                    self.end(sub, watcher.uri, Ending("principal_removed"))
+                    continue
+                sub.principal = now
+                if not may_read(now, watcher.binding):
+                    self.end(sub, watcher.uri, Ending("access_revoked"))
+        return removed
+
     def watch_meta(self, sub: Subscriber, uri: str) -> dict[str, Any]:
         """The `_meta` of a notification of `uri` to `sub`: its watch's state (`lease.Terms.watch_meta`)."""
         return self.terms.watch_meta(sub, self._clock.now(), self._poll_interval_s(uri))
@@ -209,7 +245,8 @@ class WatchRegistry:
             # No trace context when spans are off: the fan-out then asks nothing per subscriber (OpenTelemetry's
             # provider lookup reads the environment on every call).
             trace = tracing.current() if tracing.enabled() else None
-            pending = Pending(uri, strategy, trace, frames.after_meta(uri)) if told else None
+            state = self._fired(uri, watcher)
+            pending = Pending(uri, strategy, trace, frames.after_meta(uri, state), state=state) if told else None
             offered = 0 if pending is None else delivery.to_each(told, pending, self._watch_members(uri), self._metrics)
             span.set_attributes({tracing.SUBSCRIBERS: len(subs), tracing.NOTIFIED: offered})
             self._metrics.fired.labels(strategy).inc()
@@ -217,6 +254,46 @@ class WatchRegistry:
                 self._metrics.notifications_filtered.labels(strategy).inc(len(subs) - len(told))
             audit.watch_fired(uri, strategy, len(subs))
             return offered
+
+    # --- each URI's state (`states.py`) -----------------------------------------------------------------
+
+    def state(self, uri: str) -> str:
+        """`uri`'s state token now: the content's, for a pull watch read here; else its last fire's."""
+        watcher = self._watchers.get(uri)
+        if watcher is not None and self._reads_here(watcher):
+            pull = watcher.pull
+            assert pull is not None, "a watch read here is a pull watch"
+            return states.content_token(pull.snapshot())
+        return self.states.now(uri)
+
+    def catch_up(self, sub: Subscriber, seen: Mapping[str, str]) -> int:
+        """Tell `sub` (joined to every URI of `seen`) of each URI whose state is not the one it last saw; how many."""
+        told = 0
+        for uri, token in seen.items():
+            watcher = self._watchers.get(uri)
+            now = self.state(uri)
+            if watcher is None or uri not in sub.uris or token == now:
+                continue
+            pending = Pending(uri, watcher.strategy_type, None, frames.after_meta(uri, now), state=now)
+            told += delivery.to_each([sub], pending, self._watch_members(uri), self._metrics)
+        return told
+
+    def _fired(self, uri: str, watcher: Watcher | None) -> str:
+        """The state a fire of `uri` says: the content's if this process reads it, else a new fire's id."""
+        if watcher is not None and self._reads_here(watcher):
+            return self.state(uri)
+        return self.states.moved(uri)
+
+    def _reads_here(self, watcher: Watcher) -> bool:
+        """A pull watch whose reads this process makes (no bus: on one, the owner reads) and has a baseline of."""
+        started = watcher.started.done() and not watcher.started.cancelled() and watcher.started.exception() is None
+        return self._owned is None and watcher.pull is not None and started
+
+    def _started_anew(self, watcher: Watcher) -> None:
+        """A watch started: what its source did while nobody watched is unknown, so its state moved (a webhook's
+        deliveries reach `fire` watched or not, and a content token speaks for itself)."""
+        if watcher.strategy_type != "webhook" and not self._reads_here(watcher):
+            self.states.moved(watcher.uri)
 
     def stopping(self) -> list[cancellation.Stop[Watcher]]:
         """Watchers asked to stop that are still running (a strategy slow to close, or one abandoned at shutdown)."""
@@ -293,65 +370,30 @@ class WatchRegistry:
         """Running watches whose event-source connection is down now (the `mcpg_watch_sources_down` gauge)."""
         return sum(1 for w in self._watchers.values() if w.stats.connection.down)
 
-    # --- running a watcher -----------------------------------------------------------------------------
+    # --- starting and stopping watchers (how each runs is `running.Runner`'s) ---------------------------
 
     def _start(self, binding: catalog.Binding) -> Watcher:
-        kind = strategy_type(binding)
-        losses = liveness.Connection(on_loss=lambda cause: self._metrics.source_losses.labels(kind, cause).inc())
-        stats = base.ReadStats(on_failure=self._metrics.poll_failures.labels(kind).inc, connection=losses)
-        loop = asyncio.get_running_loop()
-        watcher = Watcher(binding, kind, self._build(binding, stats), stats, loop.create_future())
-        # Every waiter may be cancelled before reading the outcome; never let it be reported as unretrieved.
-        watcher.started.add_done_callback(lambda f: None if f.cancelled() else f.exception())
-        watcher.task = asyncio.create_task(self._run(watcher), name=f"watch {binding.uri}")
+        watcher = self._runner.new(binding)
+        watcher.task = asyncio.create_task(self._runner.run(watcher), name=f"watch {binding.uri}")
         self._watchers[binding.uri] = watcher
         self._metrics.active_watchers.set(len(self._watchers))
         return watcher
+
+    def _restart(self, old: Watcher, binding: catalog.Binding) -> None:
+        """`old`'s source changed: a new watcher of `binding` takes its subscribers, and `old` stops."""
+        new = self._runner.new(binding)
+        new.subscribers, old.subscribers = old.subscribers, set()
+        before = old.pull.snapshot() if old.pull is not None and old.started.done() else None
+        new.task = asyncio.create_task(self._runner.run_restarted(new, before), name=f"watch {binding.uri}")
+        self._watchers[binding.uri] = new
+        self._stop(old)
 
     def _stop(self, watcher: Watcher) -> None:
         if watcher.task is not None:
             self._stopping.stop(watcher.task, watcher)  # listed until its task has ended
 
-    async def _run(self, watcher: Watcher) -> None:
-        try:
-            # Checked: a baseline read (asyncpg, nats-py, a plugin) may swallow the stop of a watch left at once.
-            if await cancellation.checked(self._start_strategy(watcher)):
-                await self._supervise(watcher)
-        finally:
-            with contextlib.suppress(Exception):
-                await cancellation.within(watcher.strategy.close(), CLOSE_TIMEOUT_S, f"closing watch {watcher.uri}")
-
-    async def _start_strategy(self, watcher: Watcher) -> bool:
-        try:
-            await watcher.strategy.start()
-        except asyncio.CancelledError:
-            watcher.started.cancel()
-            raise
-        except Exception as e:  # isolation boundary: a strategy that cannot start refuses its subscribers only
-            error = e if isinstance(e, StrategyError) else StrategyError(f"{type(e).__name__}")
-            logger.warning("watch %s (%s) could not start: %s", watcher.uri, watcher.strategy_type, error)
-            watcher.started.set_exception(error)
-            self._forget(watcher)
-            return False
-        watcher.started.set_result(None)
-        return True
-
-    async def _supervise(self, watcher: Watcher) -> None:
-        async def fire() -> None:
-            await self.fire(watcher.uri, watcher.strategy_type)
-
-        for attempt in range(1_000_000):
-            try:
-                await self._run_strategy(watcher, fire)
-                return
-            except WatchGone as gone:
-                self._gone(watcher, gone)
-                return
-            except Exception:  # isolation boundary: one crashing watch must not stop the others
-                cancellation.reraise()  # an error after a swallowed cancel: the watch was stopping, not crashing
-                logger.exception("watch %s (%s) crashed; restarting", watcher.uri, watcher.strategy_type)
-                self._metrics.strategy_restarts.labels(watcher.strategy_type).inc()
-                await self._clock.sleep(backoff.delay_s(attempt))
+    def _failed_to_start(self, watcher: Watcher) -> None:
+        self._forget(watcher)
 
     def _gone(self, watcher: Watcher, gone: WatchGone) -> None:
         # Forgotten first, so the last subscriber leaving does not cancel this very task.
@@ -360,75 +402,3 @@ class WatchRegistry:
         for sub in list(watcher.subscribers):
             self.end(sub, watcher.uri, Ending("resource_gone", gone.status))
         watcher.subscribers.clear()
-
-    async def _run_strategy(self, watcher: Watcher, fire: base.Fire) -> None:
-        # A pull strategy is read here at its subscribers' cadence; on a bus, where its lease is; fires of
-        # every other kind are the strategy's own.
-        pull = watcher.pull
-        if pull is None:
-            await watcher.strategy.run(fire)
-        elif self._owned is not None:
-            await self._owned(watcher.uri, watcher.strategy_type, pull, fire)
-        else:
-            await self._poll(watcher, pull, fire)
-
-    async def _poll(self, watcher: Watcher, pull: base.PullStrategy, fire: base.Fire) -> None:
-        attributes = {
-            tracing.STRATEGY: watcher.strategy_type,
-            tracing.URI: watcher.uri,
-            tracing.WATCH: watcher.binding.entry.name,
-        }
-        while True:
-            await self._wait_cadence(watcher, pull)
-            # One trace per poll: its read (the strategy's span), whether it changed, and the fire when it did.
-            with tracing.span(POLL_SPAN, attributes) as span:
-                changed = await cancellation.checked(pull.check())  # a read may swallow the stop: fire nothing
-                span.set_attribute(tracing.CHANGED, changed)
-                if changed:
-                    await fire()
-
-    async def _wait_cadence(self, watcher: Watcher, pull: base.PullStrategy) -> None:
-        """Sleep one interval; a slowed interval is cut short (and restarted at full speed) by a renewal."""
-        while True:
-            interval = self.terms.cadence_s(pull.interval_s, watcher.subscribers, self._clock.now())
-            if interval <= pull.interval_s:
-                await self._clock.sleep(interval)
-                return
-            watcher.quickened.clear()
-            if await _first_of(self._clock.sleep(interval), watcher.quickened.wait()):
-                return
-
-
-async def _first_of(wanted: Awaitable[Any], interrupt: Awaitable[Any]) -> bool:
-    """Await both until one finishes; cancel the other. True if `wanted` finished first."""
-    a, b = asyncio.ensure_future(wanted), asyncio.ensure_future(interrupt)
-    try:
-        await asyncio.wait({a, b}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in (a, b):
-            task.cancel()
-        await asyncio.gather(a, b, return_exceptions=True)
-    return a.done() and not a.cancelled()
-
-
-def build_with(
-    build: base.StrategyFactory,
-    read: Callable[[catalog.Binding], Awaitable[bytes]],
-    clock: base.Clock,
-    shared: Mapping[str, base.SharedClient] | None = None,
-    digest: Callable[[catalog.Binding], Awaitable[bytes]] | None = None,
-    rules: liveness.Rules | None = None,
-) -> StrategyBuilder:
-    """A `StrategyBuilder`: each watch gets its binding's reader (and streaming digest, if there is one), the
-    clock, its type's shared client and the liveness rules."""
-    rules = rules or liveness.Rules()
-
-    def builder(binding: catalog.Binding, stats: base.ReadStats) -> base.WatchStrategy:
-        assert binding.watch is not None, "only watched bindings get a watcher"
-        spec = binding.watch.strategy
-        hashed = None if digest is None else lambda: digest(binding)
-        client = (shared or {}).get(spec.type)
-        ctx = base.WatchContext(binding, lambda: read(binding), stats, clock, client, hashed, rules)
-        return build(spec, ctx)
-
-    return builder

@@ -12,6 +12,7 @@ Module map:
     requests    an /mcp request as the SDK reads it: its era, the session it names or opens, its body's parse
     manager     the stateful session manager built as the gateway serves it, and its ASGI app
     owners      who opened each session (the SDK's private record), counted for the session limit
+    sessions    the open sessions by who opened them, and ending one (a principal a new configuration removed)
     connection  a session's per-connection scratch and exit stack (a private attribute), typed
     auth        the SDK's bearer-auth middleware and auth context; `act_as` for stdio, which has no token
     surface     what the server tells a client in each era, as the SDK serializes it (the server card's capabilities)

@@ -18,6 +18,11 @@ def held(manager: StreamableHTTPSessionManager, principal_id: str) -> int:
     return sum(1 for owner in _owners(manager).values() if owner.get("client_id") == principal_id)
 
 
+def by_session(manager: StreamableHTTPSessionManager) -> dict[str, str]:
+    """Each open session's id -> the client_id of the credential that opened it."""
+    return {sid: str(owner.get("client_id")) for sid, owner in _owners(manager).items()}
+
+
 def _owners(manager: StreamableHTTPSessionManager) -> Mapping[str, Mapping[str, object]]:
     owners: Mapping[str, Mapping[str, object]] = manager._session_owners
     return owners

@@ -1,6 +1,9 @@
 """A gateway served in-process on loopback ports, and what the tests observe of it from outside.
 
 `running()` starts any number of gateways (`start(raw_config, env, **options)`) and stops them all at the end.
+Each is started as `mcpg-gateway --config FILE` starts one: from a file it follows, so `reconfigure(raw)` writes
+a new configuration there, sends the equivalent of SIGHUP, and returns the acknowledgement once the gateway has
+applied (or refused) it.
 The observation helpers go through the gateway's real ports (the admin API, /metrics, the webhook route), as
 a user would; `fired` reads the metric registry directly, for counts a test compares before and after.
 """
@@ -9,14 +12,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx2
+import yaml
 
 from mcpg_gateway import servers
-from mcpg_gateway.contract import check
+from mcpg_gateway.contract import acknowledgement, check, digests
 from mcpg_gateway.gateway import Gateway, Options
 from mcpg_testing import BOUND_S, configs
 from mcpg_testing.clients import Subscription
@@ -32,6 +38,8 @@ class RunningGateway(GatewayUrls):
     addrs: servers.Addresses
     stop: asyncio.Event
     task: asyncio.Task[None]
+    config_file: Path
+    hangup: asyncio.Event
 
     @property  # read from the addresses the servers bound, not stored twice
     def port(self) -> int:
@@ -46,6 +54,26 @@ class RunningGateway(GatewayUrls):
         async with asyncio.timeout(BOUND_S):
             await self.task
 
+    async def reconfigure(self, raw: dict[str, Any]) -> acknowledgement.Acknowledgement:
+        """Write `raw` to the gateway's file and hang it up; the acknowledgement once `raw` is served or refused."""
+        self.config_file.write_text(yaml.safe_dump(raw))
+        wanted = digests.document(raw)
+        self.hangup.set()
+        async with asyncio.timeout(BOUND_S):
+            while True:
+                ack = await self.acknowledgement()
+                done = [a.digest for a in (ack.serving, ack.refused) if a is not None]
+                if wanted in done:
+                    return ack
+                await asyncio.sleep(0.02)  # polling the admin port, as the operator does; bounded above
+
+    async def acknowledgement(self) -> acknowledgement.Acknowledgement:
+        """`GET /admin/v1/configuration`, as the operator reads it."""
+        async with httpx2.AsyncClient() as http:
+            resp = await http.get(f"{self.admin}{acknowledgement.PATH}")
+        assert resp.status_code == 200
+        return acknowledgement.Acknowledgement.model_validate(resp.json())
+
 
 GatewayFactory = Callable[..., Awaitable[RunningGateway]]
 """`start(raw: dict, env: dict | None = None, **options)`: options are `gateway.Options` fields."""
@@ -54,15 +82,21 @@ GatewayFactory = Callable[..., Awaitable[RunningGateway]]
 @contextlib.asynccontextmanager
 async def running() -> AsyncIterator[GatewayFactory]:
     started: list[RunningGateway] = []
+    files = tempfile.TemporaryDirectory(prefix="mcpg-gateways-")
 
     async def start(raw: dict[str, Any], env: dict[str, str] | None = None, **options: Any) -> RunningGateway:
-        gw = Gateway(check.load(raw, environ=env or {}), Options(**options))
+        path = Path(files.name) / f"gateway-{len(started)}.yaml"
+        path.write_text(yaml.safe_dump(raw))
+        environ = env or {}
+        settings = Options(**{"config_file": path, "environ": environ, **options})
+        gw = Gateway(check.load(raw, environ=environ), settings, raw)
         ready: asyncio.Future[servers.Addresses] = asyncio.get_running_loop().create_future()
-        stop = asyncio.Event()
-        task = asyncio.create_task(servers.serve(gw, "127.0.0.1", 0, 0, stop, on_ready=ready.set_result))
+        stop, hangup = asyncio.Event(), asyncio.Event()
+        serving = servers.serve(gw, "127.0.0.1", 0, 0, stop, on_ready=ready.set_result, hangup=hangup)
+        task = asyncio.create_task(serving)
         async with asyncio.timeout(BOUND_S):
             addrs = await asyncio.shield(ready)
-        handle = RunningGateway(gw, addrs, stop, task)
+        handle = RunningGateway(gw, addrs, stop, task, path, hangup)
         started.append(handle)
         return handle
 
@@ -72,6 +106,7 @@ async def running() -> AsyncIterator[GatewayFactory]:
         for handle in started:
             if not handle.task.done():
                 await handle.shutdown()
+        files.cleanup()
 
 
 def sentinel() -> dict[str, Any]:

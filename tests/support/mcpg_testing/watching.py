@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import warnings
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx2
@@ -24,6 +24,7 @@ from mcpg_testing import BOUND_S
 
 WATCH = "dev.mcpg/watch"
 WATCH_END = "dev.mcpg/watch-end"
+STATE, STATES = "dev.mcpg/state", "dev.mcpg/states"
 
 
 @dataclass
@@ -37,6 +38,13 @@ class Note:
         assert isinstance(state, dict), f"no {WATCH} in {self.meta}"
         return state
 
+    @property
+    def state(self) -> str:
+        """The URI's state token this notification carried (`dev.mcpg/state`)."""
+        token = self.meta.get(STATE)
+        assert isinstance(token, str), f"no {STATE} in {self.meta}"
+        return token
+
 
 @dataclass
 class Watching:
@@ -44,6 +52,8 @@ class Watching:
     mode: str
     notes: asyncio.Queue[Note]
     result: asyncio.Task[types.SubscriptionsListenResult] | None = None
+    list_changes: asyncio.Queue[dict[str, Any]] = field(default_factory=asyncio.Queue)
+    """The `_meta` of each notifications/resources/list_changed received, in order."""
 
     async def next(self) -> Note:
         async with asyncio.timeout(BOUND_S):
@@ -69,7 +79,13 @@ class Watching:
             warnings.simplefilter("ignore", MCPDeprecationWarning)  # removed in 2026-07-28; served to legacy
             await self.client.send_ping()
 
-    async def subscribe(self, uri: str) -> None:
+    async def subscribe(self, uri: str, state: str | None = None) -> None:
+        """resources/subscribe; `state`: the last state token seen of `uri`, handed back in `_meta`."""
+        if state is not None:
+            meta = {STATE: state}
+            request = types.SubscribeRequest(params=types.SubscribeRequestParams(uri=uri, _meta=meta))
+            await self.client.session.send_request(request, types.EmptyResult)
+            return
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", MCPDeprecationWarning)
             await self.client.session.subscribe_resource(uri)
@@ -77,16 +93,25 @@ class Watching:
 
 @contextlib.asynccontextmanager
 async def watching(
-    url: str, mode: str, uris: list[str], headers: dict[str, str] | None = None, list_changed: bool = False
+    url: str,
+    mode: str,
+    uris: list[str],
+    headers: dict[str, str] | None = None,
+    list_changed: bool = False,
+    states: dict[str, str] | None = None,
 ) -> AsyncIterator[Watching]:
     """A client subscribed to `uris`: legacy (resources/subscribe) or listen (one subscriptions/listen, asking for
-    list changes as well when `list_changed`)."""
+    list changes as well when `list_changed`); `states`: the last state token seen per URI, handed back."""
     notes: asyncio.Queue[Note] = asyncio.Queue()
+    list_changes: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
     acknowledged = asyncio.Event()
 
     async def on_message(message: Any) -> None:
         if isinstance(message, types.ResourceUpdatedNotification):
             await notes.put(Note(str(message.params.uri), dict(message.params.meta or {})))
+        elif isinstance(message, types.ResourceListChangedNotification):
+            params = message.params
+            await list_changes.put(dict(params.meta or {}) if params is not None else {})
         elif isinstance(message, types.SubscriptionsAcknowledgedNotification):
             acknowledged.set()
 
@@ -95,17 +120,18 @@ async def watching(
         httpx2.AsyncClient(headers=headers or {}, timeout=httpx2.Timeout(30, read=300)) as http,
         Client(streamable_http_client(url, http_client=http), mode=client_mode, message_handler=on_message) as client,
     ):
-        handle = Watching(client, mode, notes)
+        handle = Watching(client, mode, notes, list_changes=list_changes)
         if mode == "legacy":
             for uri in uris:
-                await handle.subscribe(uri)
+                await handle.subscribe(uri, (states or {}).get(uri))
             yield handle
             return
         request = types.SubscriptionsListenRequest(
             params=types.SubscriptionsListenRequestParams(
                 notifications=types.SubscriptionFilter(
                     resource_subscriptions=uris, resources_list_changed=True if list_changed else None
-                )
+                ),
+                _meta={STATES: states} if states is not None else None,
             )
         )
         handle.result = asyncio.create_task(client.session.send_request(request, types.SubscriptionsListenResult))

@@ -122,6 +122,19 @@ def test_a_missing_environment_variable_stops_the_gateway_before_it_serves() -> 
     assert "needs environment variable REPORTS_WEBHOOK_TOKEN, which is not set" in out
 
 
+def test_following_a_configuration_secret_outside_a_cluster_exits_2_in_one_line(tmp_path: Path) -> None:
+    config = tmp_path / "gw.yaml"
+    config.write_text(yaml.safe_dump(gateway_config()))
+    env = {"KUBERNETES_SERVICE_HOST": "", "KUBERNETES_SERVICE_PORT": ""}
+    code, out = asyncio.run(run_to_end("--config", str(config), "--config-secret", "mcpg-gateway-config", env=env))
+    assert code == 2
+    assert out.strip().splitlines() == [
+        "mcpg-gateway: not in a Kubernetes pod with a service account: missing KUBERNETES_SERVICE_HOST, "
+        "KUBERNETES_SERVICE_PORT, /var/run/secrets/kubernetes.io/serviceaccount/token, "
+        "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt, /var/run/secrets/kubernetes.io/serviceaccount/namespace"
+    ]
+
+
 def test_check_mode_validates_the_example_and_exits_0() -> None:
     code, out = asyncio.run(
         run_to_end(

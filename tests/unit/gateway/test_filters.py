@@ -18,6 +18,7 @@ import pytest
 from mcpg_gateway import catalog, policy
 from mcpg_gateway.contract import cel, check, config
 from mcpg_gateway.contract.errors import ConfigError
+from mcpg_gateway.fanout import running as runs
 from mcpg_gateway.fanout import watchers
 from mcpg_gateway.fanout.subscribers import Subscriber
 from mcpg_gateway.identity import Principal
@@ -205,7 +206,7 @@ async def test_a_fire_offers_the_uri_only_to_subscribers_the_audience_admits() -
     async def never_read(b: catalog.Binding) -> bytes:
         raise AssertionError("the memory strategy never reads")
 
-    build = watchers.build_with(hub.factory, never_read, base.RealClock())
+    build = runs.build_with(hub.factory, never_read, base.RealClock())
     admitted = Subscriber("session", Principal("yes"))
     refused = Subscriber("session", Principal("no"))
     registry = watchers.WatchRegistry(

@@ -41,10 +41,11 @@ from starlette.types import ASGIApp, Message
 from mcpg_gateway import identity, mcp_requests
 from mcpg_gateway.fanout import frames
 from mcpg_gateway.fanout.endings import WATCH_META_KEY
+from mcpg_gateway.fanout.states import STATE_META_KEY
 from mcpg_gateway.identity import Principal
 from mcpg_gateway.sdk import connection as connections
 from mcpg_gateway.sdk import manager as managers
-from mcpg_gateway.sdk import owners, requests
+from mcpg_gateway.sdk import owners, requests, sessions
 from mcpg_gateway.sdk.auth import AuthenticatedUser
 from mcpg_gateway.sdk.protocol import SUBSCRIPTION_ID_META_KEY
 from mcpg_testing import BOUND_S
@@ -101,6 +102,16 @@ def test_a_listen_frame_is_byte_for_byte_the_sdks(uri: str, request_id: int | st
         assert _same_event(our_frame(uri, *members), expected)
 
 
+@given(uri=URIS, state=st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=64))
+def test_a_frame_with_its_uri_s_state_is_byte_for_byte_the_sdks(uri: str, state: str) -> None:
+    members = (frames.subscription_member(7), frames.member(WATCH_META_KEY, WATCH))
+    expected = sdk_modern_frame(uri, {SUBSCRIPTION_ID_META_KEY: 7, WATCH_META_KEY: WATCH, STATE_META_KEY: state})
+    ours = frames.frame(frames.after_meta(uri, state), *members)
+    assert ours == expected if not _escaped_by_json_dumps(uri) else _same_event(ours, expected)
+    legacy = frames.frame(frames.after_meta(uri, state), members[1])
+    assert legacy == sdk_legacy_frame(uri, {WATCH_META_KEY: WATCH, STATE_META_KEY: state})
+
+
 def _escaped_by_json_dumps(text: str) -> bool:
     """Whether `text` holds a character json.dumps escapes and a UTF-8 JSON encoder may write as is: past `~`
     (DEL, 0x7f, and every non-ASCII character). Both escape the control characters below the space alike."""
@@ -119,6 +130,27 @@ def _same_event(ours: bytes, sdks: bytes) -> bool:
         return head, json.loads(data[:-4])
 
     return parts(ours) == parts(sdks)
+
+
+def _list_changed(meta: dict[str, Any] | None) -> JSONRPCNotification:
+    params = types.NotificationParams(_meta=meta) if meta is not None else None
+    data = types.ResourceListChangedNotification(params=params).model_dump(
+        by_alias=True, mode="json", exclude_none=True
+    )
+    return JSONRPCNotification(jsonrpc="2.0", method=data["method"], params=data.get("params"))
+
+
+def test_a_handshake_era_list_change_is_byte_for_byte_the_sdks() -> None:
+    event = StreamableHTTPServerTransport._create_event_data(None, EventMessage(_list_changed(None)))  # type: ignore[arg-type]
+    assert frames.list_changed() == ensure_bytes(event, EventSourceResponse.DEFAULT_SEPARATOR)
+
+
+@given(
+    request_id=st.one_of(st.integers(-(2**53), 2**53), st.text(alphabet=st.characters(max_codepoint=0x7E), max_size=20))
+)
+def test_a_listen_s_list_change_is_byte_for_byte_the_sdks(request_id: int | str) -> None:
+    expected = modern._sse_event(_list_changed({SUBSCRIPTION_ID_META_KEY: request_id}))
+    assert frames.list_changed(frames.subscription_member(request_id)) == expected
 
 
 @pytest.mark.parametrize("uri", ["drive://doc/1", 'weird://"quoted"\\back\nline', "unicode://é/☃"])
@@ -271,6 +303,22 @@ async def test_a_session_s_subscriber_is_closed_when_its_session_ends(gateway_fa
 
 
 # --- who opened each session (`sdk/owners.py`) ------------------------------------------------------------------
+
+
+async def test_ending_a_session_answers_its_id_404_and_unwinds_its_exit_stack() -> None:
+    scratches = _Scratches()
+    async with served(Server("contract", on_subscribe_resource=scratches.subscribe)) as (manager, app):
+        first, second = await open_session(app, ALICE), await open_session(app, ALICE)
+        for session, uri in ((first, "a://1"), (second, "b://1")):
+            body = _message_body("resources/subscribe", 2, uri=uri)
+            assert (await ask(app, "POST", [*_ACCEPT, *session], body, ALICE)).status == 200
+        open_sessions = sessions.OpenSessions(manager)
+        assert sorted(open_sessions.owners().values()) == ["alice", "alice"]
+        await open_sessions.end(dict(first)[_S].decode())
+        await until(lambda: scratches.ended == ["a://1"])  # as a DELETE would: its stack unwound, the other's not
+        answer = await ask(app, "POST", [*_ACCEPT, *first], _message_body("resources/subscribe", 3, uri="a://2"), ALICE)
+        assert answer.status == 404
+        assert list(open_sessions.owners()) == [dict(second)[_S].decode()]
 
 
 async def test_the_session_record_counts_a_session_opened_and_not_once_it_is_deleted() -> None:

@@ -169,7 +169,15 @@ async def test_it_lists_only_watched_entries_every_caller_may_read(running: Runn
 
 async def test_it_publishes_the_closed_end_reasons_the_lease_and_the_limits(running: RunningGateway) -> None:
     subs = (await fetch_card(running))["subscriptions"]
-    assert subs["end_reasons"] == ["resource_gone", "lifetime_reached", "watcher_evicted", "shutdown"]
+    assert subs["end_reasons"] == [
+        "resource_gone",
+        "lifetime_reached",
+        "watcher_evicted",
+        "shutdown",
+        "resource_removed",
+        "access_revoked",
+        "principal_removed",
+    ]
     assert subs["end_reasons"] == list(REASONS)
     assert subs["end_reason_meta_key"] == WATCH_END_META_KEY
     assert subs["notification"].startswith("notifications/resources/updated")

@@ -19,7 +19,7 @@ from opentelemetry.trace import SpanKind
 
 from mcpg_gateway import tracing
 from mcpg_gateway import webhook_route as webhooks
-from mcpg_gateway.fanout import delivery, watchers
+from mcpg_gateway.fanout import delivery, running, watchers
 from mcpg_gateway.strategies import poll
 from mcpg_testing import BOUND_S
 from mcpg_testing.clients import subscribed
@@ -166,7 +166,7 @@ async def test_a_poll_that_changes_is_a_read_a_fire_and_a_notification_in_one_tr
         await clock.tick()
         assert await sub.next_update() == HOOK
         [notify] = await spans.wait_for(delivery.NOTIFY_SPAN)
-    unchanged, changed = spans.named(watchers.POLL_SPAN)
+    unchanged, changed = spans.named(running.POLL_SPAN)
     assert [(p.attributes or {})[tracing.CHANGED] for p in (unchanged, changed)] == [False, True]
     assert (changed.attributes or {})[tracing.WATCH] == "reports"
     reads = {parent_of(r): r for r in spans.named(poll.READ_SPAN)}

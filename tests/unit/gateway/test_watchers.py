@@ -9,7 +9,7 @@ import pytest
 from mcpg_gateway import catalog
 from mcpg_gateway.contract import config
 from mcpg_gateway.errors import StrategyError
-from mcpg_gateway.fanout import watchers
+from mcpg_gateway.fanout import running, watchers
 from mcpg_gateway.fanout.subscribers import Subscriber
 from mcpg_gateway.metrics import Metrics
 from mcpg_gateway.strategies import base, memory
@@ -35,7 +35,7 @@ def hub() -> memory.MemoryHub:
 
 @pytest.fixture
 def registry(hub: memory.MemoryHub) -> watchers.WatchRegistry:
-    build = watchers.build_with(hub.factory, never_read, base.RealClock())
+    build = running.build_with(hub.factory, never_read, base.RealClock())
     return watchers.WatchRegistry(build, Metrics())
 
 
@@ -141,7 +141,7 @@ async def test_a_crashing_strategy_is_restarted_and_counted() -> None:
         async def sleep(self, seconds: float) -> None:
             released.set()
 
-    build = watchers.build_with(lambda spec, ctx: Crashy(ctx.clock), never_read, Clock())
+    build = running.build_with(lambda spec, ctx: Crashy(ctx.clock), never_read, Clock())
     registry = watchers.WatchRegistry(build, metrics, Clock())
     sub = Subscriber("session")
     await registry.subscribe_all([binding("x://1")], sub)
