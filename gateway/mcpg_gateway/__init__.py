@@ -8,10 +8,15 @@ Module map (a request's path through it, top to bottom):
                     loading: YAML, ${env.X}, schema; cel: policies and filters compiled;
                     check: the whole question; templates: URI templates, matched in linear time; uris: the one
                     canonical spelling, the length cap, what a variable may hold; pointers: the JSON Pointers of
-                    watch.strategy.ignore; errors: Problem, ConfigError)
+                    watch.strategy.ignore; errors: Problem, ConfigError; digests: of a document, its entries and
+                    its restart-only fields; acknowledgement: what a process says it serves, as both programs read it)
     sdk/            the one door to the MCP SDK: protocol versions and codes, how it reads a request, the session
                     manager, session owners, a connection's scratch, auth, what each era advertises (its own map)
     servers         the two HTTP servers and the MCP session manager, started and stopped in order
+    reconfigure     a new configuration applied in place: checked whole, swapped at once, followed through
+    served          what this process serves and last refused: its acknowledgement
+    config_file     the configuration file read again on SIGHUP and when it changes
+    config_secret   the configuration Secret followed through the API (in a cluster)
     connections     per port: the connection cap, and a deadline for every state of a connection
     request_heads   request heads held to fixed limits below every route; a repeated singleton header refused
     stdio           `--stdio`: one client over stdin/stdout with the same handlers, as one configured principal
@@ -30,9 +35,9 @@ Module map (a request's path through it, top to bottom):
     policy          read policies and notification filters, evaluated fail-closed
     reader          reading a resource through its backend binding: capped, no redirects off-origin, no cookies,
                     a queue of connections per upstream origin
-    fanout/         the notification path behind one object, `fanout.Fanout` (its own map): watchers, lease,
-                    lifetimes, limits, endings, subscribers, delivery (stream and session writers), frames,
-                    streams, eager
+    fanout/         the notification path behind one object, `fanout.Fanout` (its own map): watchers, running,
+                    rebinding, states, lease, lifetimes, limits, endings, subscribers, delivery (stream and session
+                    writers), frames, streams, eager
     bus             N gateways as one (gateway.bus): fires published once on NATS, told by every process
     ownership       pull watches read by one gateway for all: leases, stored state, handover, self-fencing
     buckets         the bus's key-value buckets (<bucket>-owners, <bucket>-state), created if missing

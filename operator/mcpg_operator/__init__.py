@@ -14,9 +14,13 @@ Module map:
                  at most MCPG_RECONCILE_CONCURRENCY at once, served in turn; counts and times each pass
     settings     the operator's settings, read from the environment here and nowhere else
     reconcile/   one pass over a namespace: read -> decide -> write (its own map: run, read, references,
-                 decide, gateway_objects, write, facts)
-    observed     typed, frozen views over the raw objects a pass reads: the decision's only input, and what
-                 the builders below take
+                 decide, acceptance, gateway_objects, write, facts)
+    acks         the read phase's one question outside the API: each gateway pod's acknowledgement of what it
+                 serves, over HTTP on its admin port (the only module that imports aiohttp)
+    observed     typed, frozen views over the raw objects a pass reads (and the pods with their
+                 acknowledgements): the decision's only input, and what the builders below take
+    serving      what the counted gateway pods serve, as a decision counts it (pure): who serves an entry, who
+                 refused or is late with the configuration, when to look again
     actions      what a write is, as a value (create, apply, patch, delete, post; its stage): the decision's
                  output, which `reconcile.write` performs
     rotation     the token rotation state machine (pure), and `tokens`: a token's Secret and persisted state
@@ -24,12 +28,13 @@ Module map:
                  managed server for the namespaces served, or removes one left over at start when none is used;
                  `bus_key`: the key their passwords are derived from
     render       a namespace's gateway configuration from its watches, asked of the gateway's contract
-    objects      pure builders of the gateway's Deployment, Service, ServiceAccount and configuration Secret
+    objects      pure builders of the gateway's Deployment, Service, ServiceAccount, Role and RoleBinding, and
+                 its one configuration Secret
     gateway_settings   the McpGateway model, its bounds (`quantities` compares them) and its overlay on
                        GatewayDefaults (pure), and its status
     gateway_policy     the gateway's optional PodDisruptionBudget and NetworkPolicy (pure builders and writes)
     statuses, events, conditions   what users see on the objects and in Events
-    rollout      the `kubectl rollout status` rule
+    rollout      the `kubectl rollout status` rule (for what only a new pod template changes)
     models       pydantic mirrors of the CRDs, the only hand-written form of their shape; `api_types`: the
                  Kubernetes value types their fields are made of; `mirror`: a field that is a gateway
                  configuration field, declared once from the contract's

@@ -34,7 +34,7 @@ CREDENTIALS_SECRET = "mcpg-gateway-bus"  # noqa: S105 - a Secret name, not a pas
 """In each gateway namespace (managed mode): the namespace's account user and password, keys `user`, `password`."""
 USER_KEY, PASSWORD_KEY = "user", "password"
 CREDENTIALS_LABEL = "mcpg.dev/bus-credentials"
-URL_ENV, USER_ENV, PASSWORD_ENV, INSTANCE_ENV = "MCPG_BUS_URL", "MCPG_BUS_USER", "MCPG_BUS_PASSWORD", "POD_NAME"
+URL_ENV, USER_ENV, PASSWORD_ENV = "MCPG_BUS_URL", "MCPG_BUS_USER", "MCPG_BUS_PASSWORD"
 DIGEST_ENV = "MCPG_BUS_CREDENTIALS_DIGEST"
 """Managed: a digest of the password, so the pod template changes with it (the others read it at start only)."""
 CLIENT_PORT, MONITOR_PORT = 4222, 8222
@@ -165,7 +165,8 @@ def _naming(w: Wiring) -> dict[str, str]:
 
 
 def pod_env(w: Wiring | None) -> list[dict[str, Any]]:
-    """The gateway container's environment for the bus: URL, credentials from the Secret, an instance name."""
+    """The gateway container's environment for the bus: URL, credentials from the Secret (its instance name is the
+    pod's, `POD_NAME`, which every gateway container has: `objects`)."""
     if w is None:
         return []
 
@@ -177,7 +178,6 @@ def pod_env(w: Wiring | None) -> list[dict[str, Any]]:
         {"name": URL_ENV, "value": w.url},
         {"name": USER_ENV, "valueFrom": key(USER_KEY)},
         {"name": PASSWORD_ENV, "valueFrom": key(PASSWORD_KEY)},
-        {"name": INSTANCE_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         *digest,
     ]
 

@@ -35,17 +35,17 @@ def promotion(about: observed.Identity, before: rotation.TokenState, edit: rotat
     out = []
     if edit.state.current != before.current and before.current is not None and edit.state.current is not None:
         new, old = render.token_digest(edit.state.current), render.token_digest(before.current)
-        msg = f"new token {new} promoted; {old} stays valid until the rollout carrying {new} completes"
+        msg = f"new token {new} promoted; {old} stays valid until every gateway pod has acknowledged {new}"
         out.append(Event(about, "Normal", "TokenPromoted", msg))
     if edit.dropped:
         msg = (
             f"{edit.dropped} replaced token(s) dropped before retirement: more than "
-            f"{rotation.MAX_RETIRING} edits while the gateway was rolling out (tokens a running pod accepts are kept)"
+            f"{rotation.MAX_RETIRING} edits before the gateway pods acknowledged them (one a pod may accept is kept)"
         )
         out.append(Event(about, "Warning", "TooManyRetiringTokens", msg))
     if edit.revoked:
         digests = ", ".join(render.token_digest(t) for t in before.tokens())
-        msg = f"its Secret no longer holds a token: {digests} revoked; the gateway refuses them once it has rolled out"
+        msg = f"its Secret no longer holds a token: {digests} revoked; each gateway pod refuses them once it knows"
         out.append(Event(about, "Warning", c.TOKEN_REVOKED, msg))
     return out
 
@@ -53,37 +53,38 @@ def promotion(about: observed.Identity, before: rotation.TokenState, edit: rotat
 def state_lost(about: observed.Identity, secret: str, recovered: rotation.TokenState) -> list[Event]:
     kept = ", ".join(render.token_digest(r.token) for r in recovered.retiring) or "none"
     msg = (
-        f"rotation state Secret {secret} was missing while gateway pods accept this token; rebuilt it from "
-        f"the running pods: replaced token(s) kept until the rollout carrying the current one completes: {kept}"
+        f"rotation state Secret {secret} was missing while the gateway configuration carries this token; rebuilt it "
+        f"from that configuration: replaced token(s) kept until every gateway pod acknowledges the current one: {kept}"
     )
     return [Event(about, "Warning", "RotationStateLost", msg)]
 
 
 def token_transitions(about: observed.Identity, before: dict[str, Any], after: dict[str, Any]) -> list[Event]:
-    """The current token became accepted by every available pod, or the token went wrong."""
+    """The current token became accepted by every counted pod, or the token went wrong."""
     accepted = _condition(after, c.TOKEN_ACCEPTED)
     out = []
     if accepted.get("status") == "True" and _condition(before, c.TOKEN_ACCEPTED).get("status") != "True":
-        digest = str(after.get("currentDigest"))
-        out.append(Event(about, "Normal", "TokenAccepted", f"every available gateway pod accepts token {digest}"))
+        out.append(Event(about, "Normal", "TokenAccepted", str(accepted.get("message", ""))))
     return out + _warning(about, before, after)
 
 
 def retirements(about: observed.Identity, before: rotation.TokenState, after: rotation.TokenState) -> list[Event]:
-    """Replaced tokens retired this pass (their replacement rolled out, and the grace period passed)."""
+    """Replaced tokens retired this pass: their replacement was accepted, the grace period passed, and every counted
+    gateway pod serves a configuration without them."""
     gone = {r.token for r in before.retiring} - {r.token for r in after.retiring} - {after.current}
-    message = "token {} retired; the gateway rolls out without it"
+    message = "token {} retired: every gateway pod serves a configuration without it"
     return [Event(about, "Normal", "TokenRetired", message.format(render.token_digest(t))) for t in sorted(gone)]
 
 
 def watch_transition(about: observed.Identity, before: dict[str, Any], after: dict[str, Any]) -> list[Event]:
-    """A watch became served (its rollout completed), or was left out of the gateway or stuck for a reason its
-    Ready condition did not already show; or MCP clients lost (or gained) a principal to use it with."""
+    """A watch became served (every counted pod serves its entry), or was left out of the gateway or stuck for a
+    reason its Ready condition did not already show; or MCP clients lost (or gained) a principal to use it with."""
     out = []
     ready = _condition(after, c.READY)
     if ready.get("status") == "True" and _condition(before, c.READY).get("status") != "True":
         where = (after.get("gateway") or {}).get("url", "the gateway")
-        out.append(Event(about, "Normal", c.SERVED, f"served at {where} as {after.get('uri')}; rollout complete"))
+        message = f"served at {where} as {after.get('uri')}: every gateway pod serves it"
+        out.append(Event(about, "Normal", c.SERVED, message))
     clients, clients_before = _condition(after, c.CLIENTS_AUTHORIZED), _condition(before, c.CLIENTS_AUTHORIZED)
     if clients.get("status") == "False" and clients_before.get("status") != "False":
         out.append(Event(about, "Warning", c.NO_PRINCIPALS, str(clients.get("message", ""))))

@@ -5,9 +5,12 @@ the rest of its objects. One that is no longer wanted (disabled, or its McpGatew
 the operator's own: `observed.Snapshot` holds one only when it carries the operator's managed-by labels.
 
 A NetworkPolicy cannot name hosts, so the egress it allows is by port, to any address: DNS (53, UDP and TCP),
-and the port of every URL the rendered configuration names (each backend, database, NATS server) and of the bus
-when the namespace's replicas share one. A port the configuration does not state is the scheme's usual one; a
-URL whose port is a template variable, or whose scheme has no usual port, cannot be allowed this way.
+the API server (`NetworkPolicySpec.api_server_ports`: the gateway follows its configuration Secret through the
+API, and a policy cannot select the API server, which is no pod), and the port of every URL the rendered
+configuration names (each backend, database, NATS server) and of the bus when the namespace's replicas share one.
+A port the configuration does not state is the scheme's usual one; a URL whose port is a template variable, or
+whose scheme has no usual port, cannot be allowed this way. Ingress limited to some peers still lets the
+operator's namespace reach the admin port, where the operator asks each pod what it serves.
 """
 
 from __future__ import annotations
@@ -67,12 +70,17 @@ def network_policy(
     spec: NetworkPolicySpec,
     config: dict[str, Any],
     wiring: bus.Wiring | None,
+    operator_namespace: str | None = None,
 ) -> dict[str, Any]:
-    """Ingress to the gateway's two ports only; egress to DNS and the ports the configuration needs."""
-    ingress: dict[str, Any] = {"ports": [_tcp(objects.PUBLIC_PORT), _tcp(objects.ADMIN_PORT)]}
+    """Ingress to the gateway's two ports only (and to the admin port from `operator_namespace`, when the policy
+    names who may reach the gateway); egress to DNS, the API server and the ports the configuration needs."""
+    ingress: list[dict[str, Any]] = [{"ports": [_tcp(objects.PUBLIC_PORT), _tcp(objects.ADMIN_PORT)]}]
     if spec.ingress_from:
-        ingress["from"] = [dict(peer) for peer in spec.ingress_from]
+        ingress[0]["from"] = [dict(peer) for peer in spec.ingress_from]
+        if operator_namespace:
+            ingress.append({"ports": [_tcp(objects.ADMIN_PORT)], "from": [_namespace(operator_namespace)]})
     egress = [{"ports": [{"port": DNS_PORT, "protocol": "UDP"}, _tcp(DNS_PORT)]}]
+    egress.append({"ports": [_tcp(p) for p in sorted(set(spec.api_server_ports))]})
     ports = egress_ports(config, wiring)
     if ports:
         egress.append({"ports": [_tcp(p) for p in ports]})
@@ -83,7 +91,7 @@ def network_policy(
         "spec": {
             "podSelector": {"matchLabels": dict(objects.SELECTOR)},
             "policyTypes": ["Ingress", "Egress"],
-            "ingress": [ingress],
+            "ingress": ingress,
             "egress": egress,
         },
     }
@@ -91,6 +99,11 @@ def network_policy(
 
 def _tcp(port: int) -> dict[str, Any]:
     return {"port": port, "protocol": "TCP"}
+
+
+def _namespace(name: str) -> dict[str, Any]:
+    """A peer: every pod of namespace `name` (the API server sets this label on every namespace)."""
+    return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}}
 
 
 def egress_ports(config: dict[str, Any], wiring: bus.Wiring | None) -> list[int]:
@@ -144,7 +157,7 @@ def writes(
         (
             snap.network_policy,
             w.Ref("networkpolicies", objects.NAME, NETWORKING),
-            network_policy(ns, owners, policy, config, wiring) if policy else None,
+            network_policy(ns, owners, policy, config, wiring, shaped.defaults.operator_namespace) if policy else None,
         ),
     )
     out: list[w.Write] = []

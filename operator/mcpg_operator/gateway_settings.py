@@ -150,12 +150,21 @@ class DisruptionBudgetSpec(_Spec):
         return self
 
 
+Port = Annotated[api_types.Int32, Field(ge=1, le=65535)]
+
+
 class NetworkPolicySpec(_Spec):
     enabled: bool = False
     """Render a NetworkPolicy for the gateway pods (opt-in: off unless set)."""
     ingress_from: list[dict[str, Any]] = Field(default_factory=list, max_length=32)
     """NetworkPolicyPeer objects (podSelector, namespaceSelector, ipBlock) allowed to reach the gateway's ports;
-    empty: from anywhere."""
+    empty: from anywhere. The operator's namespace may always reach the admin port (9090), where it asks each pod
+    which configuration it serves."""
+    api_server_ports: list[Port] = Field(default_factory=lambda: [443, 6443], min_length=1, max_length=8)
+    """The ports egress to the Kubernetes API server is allowed on: the gateway reads its configuration Secret
+    through the API. A NetworkPolicy selects peers by pod, namespace or IP block, never by Service, and the API
+    server is no pod: most network plugins see the address the `kubernetes` Service (port 443) is translated to,
+    an API server's own (6443 on most clusters), so both are allowed by default (443 and 6443), to any address."""
 
 
 class McpGatewaySpec(_Spec):
@@ -175,9 +184,10 @@ class McpGatewaySpec(_Spec):
     maxUnavailable is 1."""
     network_policy: NetworkPolicySpec = Field(default_factory=NetworkPolicySpec)
     """An opt-in networking.k8s.io/v1 NetworkPolicy for the gateway pods. Ingress: only the gateway's ports (8080,
-    9090), from ingressFrom (from anywhere when empty). Egress: DNS (port 53, UDP and TCP) and the ports of every URL
-    the rendered configuration names (backends, databases, NATS) and of the bus when replicas share one. A
-    NetworkPolicy cannot match host names, so egress is allowed by port, to any address."""
+    9090), from ingressFrom (from anywhere when empty), and the admin port from the operator's namespace. Egress:
+    DNS (port 53, UDP and TCP), the API server (apiServerPorts), and the ports of every URL the rendered
+    configuration names (backends, databases, NATS) and of the bus when replicas share one. A NetworkPolicy cannot
+    match host names, so egress is allowed by port, to any address."""
 
 
 class McpGatewayStatus(_Spec):

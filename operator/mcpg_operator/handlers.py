@@ -220,7 +220,7 @@ def reacts_to_secret(labels: Mapping[str, str]) -> bool:
     put that label on anything of theirs, so this stays the filter of what starts a pass. Only the operator's
     own output is skipped, and only by a label value nobody else sets: a user's Secret may well
     carry `app.kubernetes.io/managed-by` (Helm sets it), and must still be reacted to. Of the operator's own
-    Secrets, the configuration Secrets are pure output, but a rotation-state Secret is an input: if one is lost or
+    Secrets, the configuration Secret is pure output, but a rotation-state Secret is an input: if one is lost or
     edited, the next reconcile must see it at once, not at the next resync. So are bus credentials: the managed
     bus lists an account for each.
     """
@@ -254,6 +254,6 @@ def secret_changed(
 
 @kopf.on.event("apps", "v1", "deployments", labels={MANAGED_BY: OPERATOR})
 async def gateway_deployment_event(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
-    # Rollout progress drives token retirement.
+    # Its status moves as gateway pods become Ready or go: which pods are counted, and asked what they serve.
     if namespace and name == objects.NAME:
         memo.scheduler.request(namespace)

@@ -187,12 +187,14 @@ def refusal(status: int, body: Any) -> Refused:
 
 
 def ns_path(namespace: str, plural: str, name: str | None = None, group: str | None = None) -> str:
-    """The REST path of a namespaced collection (or object) in core, apps, policy, networking, or a CRD group."""
+    """The REST path of a namespaced collection (or object) in core, apps, policy, networking, RBAC, or a CRD
+    group."""
     prefix = {
         None: "/api/v1",
         "apps": "/apis/apps/v1",
         "policy": "/apis/policy/v1",
         "networking.k8s.io": "/apis/networking.k8s.io/v1",
+        "rbac.authorization.k8s.io": "/apis/rbac.authorization.k8s.io/v1",
         "mcpg.dev": "/apis/mcpg.dev/v1alpha1",
     }[group]
     path = f"{prefix}/namespaces/{namespace}/{plural}"

@@ -51,7 +51,8 @@ RECONCILE_BUCKETS = (
     *(1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5, 6, 7, 8, 9, 10, 15, 20, 25, 30, 40, 50, 60),
 )
 """controller-runtime's buckets for `controller_runtime_reconcile_time_seconds`."""
-ROLLOUT_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
+ACKNOWLEDGEMENT_BUCKETS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+"""From writing a configuration to every pod serving it: seconds when applied in place, minutes at worst."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,10 +67,14 @@ class Facts:
     """(Ready status, reason) -> ResourceWatches."""
     transitions: Mapping[str, int] = field(default_factory=dict)
     """Rotation Events this pass posted, by transition."""
-    rolling_out: str | None = None
-    """The configuration hash whose rollout this pass started (it applied a template naming a new one)."""
-    rolled_out: str | None = None
-    """The configuration hash the Deployment as read runs on every pod."""
+    written: str | None = None
+    """The digest of the configuration this pass wrote (a new one in the configuration Secret)."""
+    acknowledged: str | None = None
+    """The digest of the configuration every counted gateway pod (at least one) serves, as this pass found it."""
+    pods_counted: int = 0
+    """Gateway pods counted: Ready with an IP, and if being deleted, still answering."""
+    pods_acknowledged: int = 0
+    """Of those, the pods serving the configuration this pass decided."""
 
 
 class NamespaceFigures(Collector):
@@ -97,15 +102,25 @@ class NamespaceFigures(Collector):
         for phase in (*TOKEN_PHASES, OTHER):
             phases.add_metric([phase], sum(f.token_phases.get(phase, 0) for f in known))
         retiring = GaugeMetricFamily(
-            "mcpg_operator_tokens_retiring", "Replaced webhook tokens still accepted, waiting on a rollout or grace."
+            "mcpg_operator_tokens_retiring",
+            "Replaced webhook tokens still accepted, waiting on the gateway pods' acknowledgements or a grace period.",
         )
         retiring.add_metric([], sum(f.tokens_retiring for f in known))
+        counted = GaugeMetricFamily(
+            "mcpg_operator_gateway_pods", "Gateway pods counted (Ready, and if being deleted, still answering)."
+        )
+        counted.add_metric([], sum(f.pods_counted for f in known))
+        acknowledged = GaugeMetricFamily(
+            "mcpg_operator_gateway_pods_acknowledged",
+            "Counted gateway pods that acknowledged serving the newest configuration of their namespace.",
+        )
+        acknowledged.add_metric([], sum(f.pods_acknowledged for f in known))
         watches = GaugeMetricFamily(
             "mcpg_operator_resourcewatches", "ResourceWatches by Ready status and reason.", labels=["ready", "reason"]
         )
         for (ready, reason), count in sorted(sum((Tally(f.watches) for f in known), Tally()).items()):
             watches.add_metric([ready, reason], count)
-        return [namespaces, phases, retiring, watches]
+        return [namespaces, phases, retiring, watches, counted, acknowledged]
 
 
 class Metrics:
@@ -167,26 +182,26 @@ class Metrics:
             ["transition"],
             registry=registry,
         )
-        self.rollouts_started = Counter(
-            "mcpg_operator_gateway_rollouts_started_total",
-            "Gateway rollouts of a new configuration this replica started.",
+        self.configurations_written = Counter(
+            "mcpg_operator_gateway_configurations_written_total",
+            "New gateway configurations this replica wrote (each applied in place by the pods).",
             registry=registry,
         )
-        self.rollouts_completed = Counter(
-            "mcpg_operator_gateway_rollouts_completed_total",
-            "Gateway rollouts this replica started that completed on every pod.",
+        self.configurations_acknowledged = Counter(
+            "mcpg_operator_gateway_configurations_acknowledged_total",
+            "Configurations this replica wrote that every counted gateway pod then acknowledged serving.",
             registry=registry,
         )
-        self.rollout_time = Histogram(
-            "mcpg_operator_gateway_rollout_duration_seconds",
-            "From applying a new configuration to the pass that saw it on every pod.",
-            buckets=ROLLOUT_BUCKETS,
+        self.acknowledgement_time = Histogram(
+            "mcpg_operator_gateway_acknowledgement_duration_seconds",
+            "From writing a new configuration to the pass that found every counted gateway pod serving it.",
+            buckets=ACKNOWLEDGEMENT_BUCKETS,
             registry=registry,
         )
         self.namespaces = NamespaceFigures()
         registry.register(self.namespaces)
-        self._rollouts: dict[str, tuple[str, float]] = {}
-        """Namespace -> (configuration hash, when its rollout started): the one rollout being timed."""
+        self._written: dict[str, tuple[str, float]] = {}
+        """Namespace -> (configuration digest, when it was written): the one configuration being timed."""
         self._initialise()
 
     def _initialise(self) -> None:
@@ -216,21 +231,21 @@ class Metrics:
         self.namespaces.update(namespace, figures)
         for transition, count in figures.transitions.items():
             self.transitions.labels(transition).inc(count)
-        started = self._rollouts.get(namespace)
-        if started is not None and figures.rolled_out == started[0]:
-            self.rollouts_completed.inc()
-            self.rollout_time.observe(max(0.0, now - started[1]))
-            del self._rollouts[namespace]
-        if figures.rolling_out is not None:
-            self.rollouts_started.inc()
-            self._rollouts[namespace] = (figures.rolling_out, now)  # a newer rollout supersedes an unfinished one
+        started = self._written.get(namespace)
+        if started is not None and figures.acknowledged == started[0]:
+            self.configurations_acknowledged.inc()
+            self.acknowledgement_time.observe(max(0.0, now - started[1]))
+            del self._written[namespace]
+        if figures.written is not None:
+            self.configurations_written.inc()
+            self._written[namespace] = (figures.written, now)  # a newer configuration supersedes an unacknowledged one
         if not figures.has_objects:
             self.forget(namespace)
 
     def forget(self, namespace: str) -> None:
         """`namespace` holds nothing of ours any more (or is being deleted): drop its figures."""
         self.namespaces.forget(namespace)
-        self._rollouts.pop(namespace, None)
+        self._written.pop(namespace, None)
 
 
 REGISTRY = CollectorRegistry()

@@ -319,8 +319,8 @@ class WebhookTokenSpec(_Spec):
     """When the Secret does not exist, create it (owned by this WebhookToken) with a random 256-bit token. Off by
     default: the WebhookToken waits for the Secret."""
     grace_period_seconds: int = Field(default=0, ge=0, le=2_592_000)
-    """Seconds a replaced token stays accepted after the gateway rollout carrying the new one has completed (0 by
-    default, at most 30 days), for senders that switch late."""
+    """Seconds a replaced token stays accepted after every gateway pod has acknowledged a configuration carrying the
+    new one (0 by default, at most 30 days), for senders that switch late."""
 
 
 # --- statuses: what the operator writes (statuses.py builds them as dicts; a unit test validates those here) ---------
@@ -393,8 +393,9 @@ class ResourceWatchStatus(_Status):
     uri: str | None = Field(default=None, examples=["drive://folder/reports"])
     """The URI (or URI template) served."""
     config_hash: str | None = None
-    """The first 16 hex digits of the SHA-256 of this watch's entry in the gateway configuration: it changes when
-    this watch's serving does, not when another watch is edited; unset while not served."""
+    """The digest of this watch's entry in the gateway configuration (16 hex digits), the one each gateway pod
+    acknowledges serving: it changes when this watch's serving does, not when another watch is edited; unset while
+    not served."""
     gateway: GatewayAddress | None = None
     """Where the namespace's gateway is reached; set while the watch is served."""
     webhook_path: str | None = Field(
@@ -412,21 +413,48 @@ class RetiringToken(_Spec):
     replaced_at: Annotated[Timestamp, sm.Unlisted()]
     """When the token was replaced (RFC 3339)."""
     retire_after: Timestamp | None = None
-    """When it stops being accepted (RFC 3339): the rollout's completion plus gracePeriodSeconds; unset while the
-    rollout carrying the new token is under way."""
+    """When it is left out of the gateway configuration (RFC 3339): the acceptance of the token that replaced it plus
+    gracePeriodSeconds; unset until every gateway pod has acknowledged a configuration carrying that token."""
+    removing: bool | None = None
+    """True once it is left out of the configuration: listed until every gateway pod serves a configuration without
+    it (until then a pod may still accept it)."""
+
+
+class AcceptedToken(_Spec):
+    """The current token, accepted by every gateway pod, and the version of its Secret it was read at."""
+
+    # Unlisted, all: a status is the operator's to write, and a partial status patch must never be refused.
+    digest: Annotated[str, sm.Unlisted()]
+    """The first 12 hex digits of the token's SHA-256 (as `currentDigest`)."""
+    secret_resource_version: str | None = None
+    """The token Secret's metadata.resourceVersion it was read at. To wait for a new token after editing the
+    Secret: `kubectl wait webhooktoken/NAME --for=jsonpath='{.status.accepted.secretResourceVersion}'=RV`, RV
+    being the Secret's resourceVersion after your edit (`kubectl get secret NAME -o
+    jsonpath='{.metadata.resourceVersion}'`). A Secret the operator has not read before gets its
+    `mcpg.dev/watched=true` label from it, one more version: label a new Secret yourself, or read RV after that."""
+    at: Annotated[Timestamp, sm.Unlisted()]
+    """When every counted gateway pod first served a configuration carrying it (RFC 3339)."""
 
 
 class WebhookTokenStatus(_Status):
     """Where the rotation stands: which token is current, which old ones are still accepted, where senders go."""
 
     phase: Literal["Pending", "Rolling", "Retiring", "Ready", "Unused", "Error"] | None = None
-    """`Pending`: no token yet (the Secret is missing). `Rolling`: the gateway is rolling out the current token.
-    `Retiring`: accepted everywhere, old tokens still valid. `Ready`: only the current token is accepted. `Unused`:
-    no served watch uses this token. `Error`: the spec or the Secret is invalid."""
+    """`Pending`: no token yet (the Secret is missing). `Rolling`: the gateway pods are taking the current token
+    (not every one has acknowledged a configuration carrying it). `Retiring`: accepted everywhere, old tokens still
+    valid. `Ready`: only the current token is accepted. `Unused`: no served watch uses this token. `Error`: the spec
+    or the Secret is invalid."""
     current_digest: str | None = None
     """The first 12 hex digits of the current token's SHA-256."""
     current_accepted_at: Timestamp | None = None
-    """Since when every available gateway pod accepts the current token (RFC 3339); unset during a rollout."""
+    """Since when every counted gateway pod accepts the current token (RFC 3339); unset until then."""
+    secret_resource_version: str | None = None
+    """The token Secret's metadata.resourceVersion as the operator last read it: what the conditions describe."""
+    accepted: AcceptedToken | None = None
+    """Present only while the current token, read at `secretResourceVersion`, is accepted by every gateway pod.
+    Once the operator has read an edit of the Secret it names the new token or is absent, never the old one: wait
+    for `kubectl wait webhooktoken/NAME --for=jsonpath='{.status.accepted.secretResourceVersion}'=RV`, RV being the
+    Secret's resourceVersion after your edit."""
     retiring_count: int | None = None
     """How many replaced tokens are still accepted."""
     retiring: list[RetiringToken] = Field(default_factory=list)

@@ -2,8 +2,10 @@
 
 Every object is owned by every ResourceWatch of the namespace (non-controller owner references), so the garbage
 collector removes them when the last ResourceWatch goes, even while the operator is down. The configuration lives
-in an immutable Secret named by its content hash: the pod template names it, so a changed configuration rolls the
-gateway, and a ReplicaSet from before keeps exactly the configuration its pods started with.
+in one mutable Secret (`CONFIG_SECRET`) that each gateway pod follows through the API and applies in place, so a
+new configuration ends no stream. The pod template carries only the digest of the fields a running gateway cannot
+swap (`digests.restart`): a change to one of those, or to the image, resources, replicas or environment, rolls the
+pods, and nothing else does. The gateway's Role lets its pods read that one Secret and nothing more.
 """
 
 from __future__ import annotations
@@ -14,13 +16,28 @@ from typing import Any
 
 import yaml
 
+from mcpg_gateway.contract import digests
 from mcpg_operator.models import GROUP, VERSION
 from mcpg_operator.settings import GatewayDefaults
 
 NAME = "mcpg-gateway"
-CONFIG_PREFIX = "mcpg-gateway-config-"
-HASH_ANNOTATION = "mcpg.dev/config-hash"
-HASH_LABEL = "mcpg.dev/config-hash"
+CONFIG_SECRET = "mcpg-gateway-config"  # noqa: S105 - a Secret name, not a password
+"""The one configuration Secret of a namespace's gateway: written in place, read by its pods through the API."""
+DIGEST_ANNOTATION = "mcpg.dev/config-digest"
+"""On the configuration Secret: `digests.document` of what it holds, what each pod acknowledges serving."""
+UPDATED_ANNOTATION = "mcpg.dev/updated-at"
+"""On the configuration Secret: when the write that set its digest was made (RFC 3339); pods late past
+`serving.ACK_BOUND_S` from then are named in the statuses waiting on them."""
+RESTART_ANNOTATION = "mcpg.dev/restart-digest"
+"""On the pod template: `digests.restart` of the configuration, so only a restart-only field rolls the pods."""
+CONFIG_ENV = "MCPG_CONFIG_SECRET"
+"""The gateway container's variable naming the Secret it follows through the API."""
+POD_NAME_ENV = "POD_NAME"
+"""The pod's own name (the downward API): the `instance` of its acknowledgement, its name on the bus."""
+LEGACY_CONFIG_PREFIX = "mcpg-gateway-config-"
+LEGACY_HASH_LABEL = "mcpg.dev/config-hash"
+"""An older operator's immutable configuration Secrets, one per content hash: collected once no ReplicaSet mounts
+one (`gateway_objects`); `CONFIG_SECRET` itself is never collected."""
 MANAGED = {"app.kubernetes.io/managed-by": "mcpg-operator", "app.kubernetes.io/part-of": "mcpg"}
 SELECTOR = {"app.kubernetes.io/name": NAME}
 WATCHED_LABEL = "mcpg.dev/watched"
@@ -61,21 +78,18 @@ def _meta(name: str, namespace: str, owners: list[dict[str, Any]], **labels: str
     }
 
 
-def config_secret_name(config_hash: str) -> str:
-    return CONFIG_PREFIX + config_hash[:16]
-
-
 def config_secret(
-    namespace: str, config: dict[str, Any], config_hash: str, owners: list[dict[str, Any]]
+    namespace: str, config: dict[str, Any], owners: list[dict[str, Any]], updated_at: str
 ) -> dict[str, Any]:
-    text = config_text(config)
+    """The configuration Secret; `updated_at`: when the write that set this digest is made (RFC 3339)."""
+    meta = _meta(CONFIG_SECRET, namespace, owners)
+    meta["annotations"] = {DIGEST_ANNOTATION: digests.document(config), UPDATED_ANNOTATION: updated_at}
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": _meta(config_secret_name(config_hash), namespace, owners, **{HASH_LABEL: config_hash[:16]}),
+        "metadata": meta,
         "type": "Opaque",
-        "immutable": True,
-        "data": {CONFIG_KEY: base64.b64encode(text.encode()).decode()},
+        "data": {CONFIG_KEY: base64.b64encode(config_text(config).encode()).decode()},
     }
 
 
@@ -89,12 +103,37 @@ def config_text(config: dict[str, Any]) -> str:
 
 
 def service_account(namespace: str, owners: list[dict[str, Any]]) -> dict[str, Any]:
-    # The gateway needs no Kubernetes API access at all, so no token is mounted.
+    # No token by default: only the gateway pod, which follows its configuration Secret, asks for one (`_pod_template`).
     return {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
         "metadata": _meta(NAME, namespace, owners),
         "automountServiceAccountToken": False,
+    }
+
+
+RBAC = "rbac.authorization.k8s.io"
+READ_VERBS = ["get", "list", "watch"]
+
+
+def role(namespace: str, owners: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a gateway pod may do with the API: read and watch its one configuration Secret, and nothing else.
+
+    `list` and `watch` with a resource name need a field selector on `metadata.name`, which is how the gateway
+    watches it. The operator can grant this because it holds get, list and watch on Secrets itself.
+    """
+    rule = {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [CONFIG_SECRET], "verbs": list(READ_VERBS)}
+    return {"apiVersion": f"{RBAC}/v1", "kind": "Role", "metadata": _meta(NAME, namespace, owners), "rules": [rule]}
+
+
+def role_binding(namespace: str, owners: list[dict[str, Any]]) -> dict[str, Any]:
+    """`role` granted to the gateway's ServiceAccount."""
+    return {
+        "apiVersion": f"{RBAC}/v1",
+        "kind": "RoleBinding",
+        "metadata": _meta(NAME, namespace, owners),
+        "roleRef": {"apiGroup": RBAC, "kind": "Role", "name": NAME},
+        "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": namespace}],
     }
 
 
@@ -154,12 +193,13 @@ def container_security() -> dict[str, Any]:
 
 def deployment(
     namespace: str,
-    config_hash: str,
+    restart_digest: str,
     defaults: GatewayDefaults,
     owners: list[dict[str, Any]],
     extra_env: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
-    """The gateway Deployment; `extra_env`: more of the container's environment (the bus's, `bus.pod_env`)."""
+    """The gateway Deployment; `restart_digest`: `digests.restart` of its configuration; `extra_env`: more of the
+    container's environment (the bus's, `bus.pod_env`)."""
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -171,27 +211,29 @@ def deployment(
             # A pod is only replaced once its successor is Ready: webhook senders always reach a pod that
             # knows every token not yet retired.
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
-            "template": _pod_template(config_hash, defaults, extra_env),
+            "template": _pod_template(restart_digest, defaults, extra_env),
         },
     }
 
 
 def _pod_template(
-    config_hash: str, defaults: GatewayDefaults, extra_env: Sequence[Mapping[str, Any]]
+    restart_digest: str, defaults: GatewayDefaults, extra_env: Sequence[Mapping[str, Any]]
 ) -> dict[str, Any]:
     return {
         "metadata": {
             "labels": {**MANAGED, **SELECTOR},
-            "annotations": {HASH_ANNOTATION: config_hash},
+            "annotations": {RESTART_ANNOTATION: restart_digest},
         },
         "spec": {
             "serviceAccountName": NAME,
-            "automountServiceAccountToken": False,
+            # The gateway follows its configuration Secret through the API (`role`): a Secret the kubelet mounts
+            # is refreshed only after 60 to 90 s, and the mount below is what a pod starts from.
+            "automountServiceAccountToken": True,
             "securityContext": pod_security(),
             "terminationGracePeriodSeconds": GRACE_S,
             "containers": [_container(defaults, extra_env)],
             "volumes": [
-                {"name": "config", "secret": {"secretName": config_secret_name(config_hash), "defaultMode": 0o440}},
+                {"name": "config", "secret": {"secretName": CONFIG_SECRET, "defaultMode": 0o440}},
                 {"name": "tmp", "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}},
             ],
         },
@@ -199,7 +241,11 @@ def _pod_template(
 
 
 def _container(defaults: GatewayDefaults, extra_env: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    env: list[dict[str, Any]] = [{"name": "MCPG_LOG_FORMAT", "value": defaults.log_format}]
+    env: list[dict[str, Any]] = [
+        {"name": "MCPG_LOG_FORMAT", "value": defaults.log_format},
+        {"name": CONFIG_ENV, "value": CONFIG_SECRET},
+        {"name": POD_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+    ]
     if defaults.admin_token_secret:
         env.append(
             {
@@ -209,8 +255,9 @@ def _container(defaults: GatewayDefaults, extra_env: Sequence[Mapping[str, Any]]
         )
     env += [dict(var) for var in extra_env]
     probe = {"periodSeconds": 5, "timeoutSeconds": 2, "failureThreshold": 3}
-    # Readiness is probed more often: a new pod takes a second or two to serve, and every rollout (a rotation
-    # is two) waits for each new pod's first passing probe. /readyz is a constant-time answer.
+    # Readiness is probed more often: a new pod takes a second or two to serve (it has read its configuration
+    # Secret through the API first), and a rollout waits for each new pod's first passing probe. /readyz is a
+    # constant-time answer.
     readiness = probe | {"periodSeconds": 2}
     return {
         "name": "gateway",

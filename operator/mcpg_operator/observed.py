@@ -2,18 +2,23 @@
 
 The read phase builds one `Snapshot` of these and the decision works on nothing else: raw API objects stop
 here. Each view keeps only what a decision needs: identity (for owner references and Events), the spec the
-models validate, the status as last written, a token's persisted rotation state, and what the gateway's
-Deployment and ReplicaSets run. Views are frozen and built from copies, so no phase can change another's input.
+models validate, the status as last written, a token's persisted rotation state, the configuration Secret as
+written, the gateway's Deployment and ReplicaSets, and each gateway pod with what it said it serves (its
+acknowledgement, or why it gave none). Views are frozen and built from copies, so no phase can change another's
+input.
 """
 
 from __future__ import annotations
 
 import base64
+import calendar
 import copy
+import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from mcpg_gateway.contract.acknowledgement import Acknowledgement
 from mcpg_operator import objects, rotation, tokens
 from mcpg_operator.rollout import rollout_complete
 
@@ -83,6 +88,59 @@ class Secret:
     data: dict[str, str]
     """Decoded values; binary ones are left out (they cannot be tokens or URLs)."""
     owner_uids: frozenset[str]
+    annotations: dict[str, str] = field(default_factory=dict)
+    resource_version: str = ""
+    """The version read: a WebhookToken's status says at which version of its Secret its token was read."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigSecret:
+    """The gateway's configuration Secret as read (`objects.CONFIG_SECRET`): what its pods can have read."""
+
+    text: str | None
+    digest: str | None
+    """Its `mcpg.dev/config-digest` annotation: the digest the operator wrote with this text."""
+    updated_at: float | None
+    """Its `mcpg.dev/updated-at` annotation (seconds since the epoch): when that digest was written."""
+    secret: Secret
+
+
+@dataclass(frozen=True, slots=True)
+class Pod:
+    """A gateway pod: whether it counts, and what it said it serves.
+
+    Counted once it is Ready and has an IP. One being deleted still serves what reaches it until its preStop pause
+    ends (it stays Ready until then), so it is counted while it answers; one that no longer answers is not. A pod
+    that is not Ready serves no traffic, being deleted or not.
+    """
+
+    name: str
+    ready: bool
+    deleting: bool
+    ip: str | None
+    acknowledgement: Acknowledgement | None = None
+    missing: str | None = None
+    """Why it gave no acknowledgement when asked: the error's kind (never a body); None if it gave one."""
+
+    @property
+    def asked(self) -> bool:
+        """Whether the read phase asks it what it serves: it may be counted."""
+        return self.ip is not None and self.ready
+
+    @property
+    def counted(self) -> bool:
+        return self.asked and (not self.deleting or self.acknowledgement is not None)
+
+    @property
+    def serving_digest(self) -> str | None:
+        serving = self.acknowledgement.serving if self.acknowledgement is not None else None
+        return serving.digest if serving is not None else None
+
+    @property
+    def entries(self) -> frozenset[str]:
+        """The entry digests it serves (none without an acknowledgement)."""
+        serving = self.acknowledgement.serving if self.acknowledgement is not None else None
+        return frozenset(serving.entries) if serving is not None else frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,9 +180,10 @@ class McpGateway:
 
 @dataclass(frozen=True, slots=True)
 class Deployment:
-    """The gateway Deployment: which configuration its template names, and whether its rollout completed."""
+    """The gateway Deployment: the restart digest and configuration Secret its template names, and whether its
+    rollout completed."""
 
-    config_hash: str | None
+    restart_digest: str | None
     config_secret: str | None
     rollout_complete: bool
     applied: Applied
@@ -136,11 +195,7 @@ class Deployment:
 class ReplicaSet:
     name: str
     secrets: frozenset[str]
-    """Every Secret its pod template mounts: the configuration its pods started with."""
-    config_secret: str | None = None
-    """The configuration Secret its pods run (the volume named `config`)."""
-    available: int = 0
-    """Its pods that are available: they serve traffic, with the configuration in `config_secret`."""
+    """Every Secret its pod template mounts: an older operator's configuration Secret is kept while one does."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,11 +210,15 @@ class Snapshot:
     replicasets: tuple[ReplicaSet, ...] = ()
     service_account: Applied | None = None
     service: Applied | None = None
+    role: Applied | None = None
+    role_binding: Applied | None = None
     mcp_gateway: McpGateway | None = None
     disruption_budget: Applied | None = None
     """The gateway's PodDisruptionBudget, if the operator made one (by its managed-by label); others are ignored."""
     network_policy: Applied | None = None
     """The gateway's NetworkPolicy, if the operator made one (by its managed-by label); others are ignored."""
+    pods: tuple[Pod, ...] = ()
+    """The gateway's pods, each asked what it serves if it may be counted."""
 
     def secret(self, name: str) -> Secret | None:
         return next((s for s in self.secrets if s.name == name), None)
@@ -167,18 +226,21 @@ class Snapshot:
     def secret_data(self) -> SecretData:
         return {s.name: dict(s.data) for s in self.secrets}
 
-    def serving_configs(self) -> tuple[str | None, ...]:
-        """The configuration text run by each ReplicaSet with an available pod (None: its Secret is gone).
+    def secret_versions(self) -> dict[str, str]:
+        """Secret name -> its resourceVersion as read."""
+        return {s.name: s.resource_version for s in self.secrets}
 
-        This is what senders reach right now, whatever the Deployment's template says: the ground truth for
-        which tokens are accepted.
-        """
-        serving = [rs for rs in self.replicasets if rs.available > 0]
-        return tuple(self._config_text(rs.config_secret) for rs in serving)
+    @property
+    def config(self) -> ConfigSecret | None:
+        """The configuration Secret as read; None before the operator first wrote it."""
+        found = self.secret(objects.CONFIG_SECRET)
+        if found is None:
+            return None
+        digest = found.annotations.get(objects.DIGEST_ANNOTATION)
+        return ConfigSecret(found.data.get(objects.CONFIG_KEY), digest, _time(found), found)
 
-    def _config_text(self, name: str | None) -> str | None:
-        found = self.secret(name) if name else None
-        return found.data.get(objects.CONFIG_KEY) if found else None
+    def counted(self) -> tuple[Pod, ...]:
+        return tuple(p for p in self.pods if p.counted)
 
 
 def snapshot(
@@ -194,6 +256,9 @@ def snapshot(
     mcp_gateway: dict[str, Any] | None = None,
     disruption_budget: dict[str, Any] | None = None,
     network_policy: dict[str, Any] | None = None,
+    role: dict[str, Any] | None = None,
+    role_binding: dict[str, Any] | None = None,
+    pods: Iterable[Pod] = (),
 ) -> Snapshot:
     """Build the views from the API's objects; objects being deleted are already gone as far as we care."""
     secret_views = tuple(secret(s) for s in secrets)
@@ -203,14 +268,21 @@ def snapshot(
         tuple(watch(w) for w in _live(watches)),
         tuple(token(t, data) for t in _live(webhook_tokens)),
         secret_views,
-        gateway_deployment(deployment) if deployment else None,
-        tuple(replicaset(rs) for rs in replicasets),
-        Applied(copy.deepcopy(service_account)) if service_account else None,
-        Applied(copy.deepcopy(service)) if service else None,
-        mcp_gateway_view(mcp_gateway) if mcp_gateway and not _being_deleted(mcp_gateway) else None,
-        _ours(disruption_budget),
-        _ours(network_policy),
+        deployment=gateway_deployment(deployment) if deployment else None,
+        replicasets=tuple(replicaset(rs) for rs in replicasets),
+        service_account=_applied(service_account),
+        service=_applied(service),
+        role=_applied(role),
+        role_binding=_applied(role_binding),
+        mcp_gateway=mcp_gateway_view(mcp_gateway) if mcp_gateway and not _being_deleted(mcp_gateway) else None,
+        disruption_budget=_ours(disruption_budget),
+        network_policy=_ours(network_policy),
+        pods=tuple(pods),
     )
+
+
+def _applied(obj: Mapping[str, Any] | None) -> Applied | None:
+    return Applied(copy.deepcopy(dict(obj))) if obj else None
 
 
 def mcp_gateway_view(obj: Mapping[str, Any]) -> McpGateway:
@@ -251,7 +323,31 @@ def token(obj: Mapping[str, Any], secrets: Mapping[str, Mapping[str, str]]) -> T
 def secret(obj: Mapping[str, Any]) -> Secret:
     meta = obj["metadata"]
     owners = frozenset(o["uid"] for o in meta.get("ownerReferences") or [])
-    return Secret(meta["name"], dict(meta.get("labels") or {}), decode(obj), owners)
+    annotations = dict(meta.get("annotations") or {})
+    return Secret(meta["name"], dict(meta.get("labels") or {}), decode(obj), owners, annotations, _version(meta))
+
+
+def _version(meta: Mapping[str, Any]) -> str:
+    return str(meta.get("resourceVersion") or "")
+
+
+def _time(found: Secret) -> float | None:
+    """The configuration Secret's `updated-at`; None if absent or unreadable (nothing is then late)."""
+    text = found.annotations.get(objects.UPDATED_ANNOTATION)
+    try:
+        return float(calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%SZ"))) if text else None
+    except ValueError:
+        return None
+
+
+def pod(obj: Mapping[str, Any], answer: Acknowledgement | str | None = None) -> Pod:
+    """A gateway pod's view; `answer`: its acknowledgement, or why it gave none (None: it was not asked)."""
+    status = obj.get("status") or {}
+    conditions = status.get("conditions") or []
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    ack = answer if isinstance(answer, Acknowledgement) else None
+    missing = answer if isinstance(answer, str) else None
+    return Pod(obj["metadata"]["name"], ready, _being_deleted(obj), status.get("podIP") or None, ack, missing)
 
 
 def decode(obj: Mapping[str, Any]) -> dict[str, str]:
@@ -268,7 +364,7 @@ def gateway_deployment(obj: Mapping[str, Any]) -> Deployment:
     template = obj.get("spec", {}).get("template", {})
     annotations = template.get("metadata", {}).get("annotations") or {}
     return Deployment(
-        annotations.get(objects.HASH_ANNOTATION),
+        annotations.get(objects.RESTART_ANNOTATION),
         _config_volume(template),
         rollout_complete(dict(obj)),
         Applied(copy.deepcopy(dict(obj))),
@@ -286,12 +382,7 @@ def _stalled(obj: Mapping[str, Any]) -> tuple[str, str] | None:
 
 def replicaset(obj: Mapping[str, Any]) -> ReplicaSet:
     template = obj.get("spec", {}).get("template", {})
-    return ReplicaSet(
-        obj["metadata"]["name"],
-        frozenset(v["secret"]["secretName"] for v in _volumes(template)),
-        _config_volume(template),
-        int((obj.get("status") or {}).get("availableReplicas") or 0),
-    )
+    return ReplicaSet(obj["metadata"]["name"], frozenset(v["secret"]["secretName"] for v in _volumes(template)))
 
 
 def _config_volume(template: Mapping[str, Any]) -> str | None:

@@ -13,7 +13,6 @@ settings set them (`GatewayDefaults`).
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import re
 import traceback
@@ -23,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from mcpg_gateway.contract import check, config, documents
+from mcpg_gateway.contract import check, config, digests, documents
 from mcpg_operator import bus, models, objects, observed, rotation
 from mcpg_operator import conditions as c
 from mcpg_operator.observed import SecretData
@@ -52,10 +51,18 @@ class Plan:
     verdicts: dict[str, Verdict] = field(default_factory=dict)
     clients_problem: str | None = None
     """Why no MCP client can use the gateway (no principal and no anonymous access); None when some can."""
+    owners: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """`resources` and `resource_templates` -> the watch that rendered each entry of that list, in order."""
 
     @property
-    def hash(self) -> str:
-        return config_hash(self.config)
+    def digest(self) -> str:
+        """`digests.document` of the configuration: what each pod acknowledges serving."""
+        return digests.document(self.config)
+
+    def watch_at(self, path: str) -> str | None:
+        """The watch whose entry a problem's field path (`mcp.capabilities.resources[3].watch`) is in; None for a
+        path in no entry (the gateway section)."""
+        return _watch_at(self.owners, path)
 
 
 class Unresolved(Exception):
@@ -64,10 +71,6 @@ class Unresolved(Exception):
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
         self.reason, self.message = reason, message
-
-
-def config_hash(config: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(config, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def token_digest(token: str) -> str:
@@ -105,7 +108,8 @@ def plan(
     _refuse_what_does_not_fit(rendered, section)
     if auth_problem:
         rendered.mark_served(lambda v: Verdict(False, c.INVALID_AUTH, auth_problem, False, v.strategy, v.uri))
-    return Plan(rendered.config(section), rendered.verdicts, None if auth_problem else no_principal(auth))
+    problem = None if auth_problem else no_principal(auth)
+    return Plan(rendered.config(section), rendered.verdicts, problem, rendered.owners())
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +145,7 @@ class _Rendered:
         self.entries.append((watch, kind, entry))
 
     def by_kind(self) -> dict[str, list[dict[str, Any]]]:
-        out: dict[str, list[dict[str, Any]]] = {"resources": [], "resource_templates": []}
+        out: dict[str, list[dict[str, Any]]] = {kind: [] for kind in KINDS}
         for _, kind, entry in self.entries:
             out[kind].append(entry)
         return out
@@ -149,10 +153,13 @@ class _Rendered:
     def config(self, section: _Section) -> dict[str, Any]:
         return section.config(self.by_kind())
 
-    def watch_at(self, kind: str, index: int) -> str | None:
-        """The watch whose entry is `kind[index]` in `config()`."""
-        of_kind = [name for name, k, _ in self.entries if k == kind]
-        return of_kind[index] if index < len(of_kind) else None
+    def owners(self) -> dict[str, tuple[str, ...]]:
+        """Each list of entries in `config()` -> the watch each entry came from, in order."""
+        return {kind: tuple(name for name, k, _ in self.entries if k == kind) for kind in KINDS}
+
+    def watch_at(self, path: str) -> str | None:
+        """The watch whose entry a problem's path is in, in `config()` (as `Plan.watch_at`)."""
+        return _watch_at(self.owners(), path)
 
     def refuse(self, watch: str, reason: str, message: str) -> None:
         self.entries = [e for e in self.entries if e[0] != watch]
@@ -175,6 +182,15 @@ class _Claims:
 
 
 _ENTRY_PATH = re.compile(r"^mcp\.capabilities\.(resources|resource_templates)\[(\d+)\]\.?(.*)$")
+KINDS = ("resources", "resource_templates")
+"""The two lists of entries of a configuration, in the order they are rendered."""
+
+
+def _watch_at(owners: Mapping[str, Sequence[str]], path: str) -> str | None:
+    match = _ENTRY_PATH.match(path)
+    listed = owners.get(match[1], ()) if match else ()
+    index = int(match[2]) if match else len(listed)
+    return listed[index] if index < len(listed) else None
 
 
 def _refuse_what_the_gateway_would(rendered: _Rendered, section: _Section) -> None:
@@ -187,7 +203,7 @@ def _refuse_what_the_gateway_would(rendered: _Rendered, section: _Section) -> No
         at_fault: dict[str, list[str]] = {}
         for problem in problems:
             match = _ENTRY_PATH.match(problem.path)
-            watch = rendered.watch_at(match[1], int(match[2])) if match else None
+            watch = rendered.watch_at(problem.path)
             if match is None or watch is None:  # the gateway section: no watch can fix it, so none is served
                 for name, _, _ in list(rendered.entries):
                     rendered.refuse(name, c.INVALID_SPEC, f"the gateway configuration is invalid: {problem}")
@@ -236,7 +252,7 @@ def _too_large(size: int, limit: int) -> str:
 
 
 def rendered_tokens(config: Mapping[str, Any]) -> frozenset[str]:
-    """Every webhook token the configuration accepts: what a rollout of it carries to the gateway's pods."""
+    """Every webhook token the configuration accepts: what it carries to the gateway's pods."""
     return frozenset(t for entry_tokens in tokens_by_entry(config).values() for t in entry_tokens)
 
 
@@ -246,17 +262,17 @@ def tokens_by_entry(config: Mapping[str, Any]) -> dict[str, frozenset[str]]:
     return {entry["name"]: frozenset(_tokens_of(entry)) for kind in capabilities.values() for entry in kind}
 
 
-def entry_hashes(config: Mapping[str, Any]) -> dict[str, str]:
-    """Resource name -> the hash of its entry: what a watch's own serving depends on, apart from the others'."""
-    capabilities = config["mcp"]["capabilities"]
-    return {entry["name"]: config_hash(entry) for kind in capabilities.values() for entry in kind}
+def entry_digests(config: Mapping[str, Any]) -> dict[str, str]:
+    """Resource name -> the digest of its entry (`digests.entries`, as the pods acknowledge them): what a watch's
+    own serving depends on, apart from the others'."""
+    return digests.entries(config)
 
 
 def parse_config(text: str | None) -> dict[str, Any] | None:
     """A configuration as read back from its Secret; None if it is gone or not one the operator wrote."""
     try:
-        # A pass reads one configuration per serving ReplicaSet: `documents` loads with libyaml where the wheel has
-        # it, and bounds the document like every YAML read (whoever can write the Secret can write an alias bomb).
+        # `documents` loads with libyaml where the wheel has it, and bounds the document like every YAML read
+        # (whoever can write the Secret can write an alias bomb).
         loaded = documents.load(text, "configuration") if text is not None else None
     except check.ConfigError:
         return None
@@ -440,7 +456,8 @@ def _webhook(token_name: str, tokens: TokenStates) -> dict[str, Any]:
         raise Unresolved(c.WEBHOOK_TOKEN_NOT_FOUND, f"WebhookToken {token_name} does not exist in this namespace")
     if state.current is None:
         raise Unresolved(c.TOKEN_PENDING, f"WebhookToken {token_name} has no token yet (see its status)")
-    return {"type": "webhook", "token": state.current, "previous_tokens": [r.token for r in state.retiring]}
+    # Retired tokens are left out: they stay in the state only until every pod has dropped them.
+    return {"type": "webhook", "token": state.current, "previous_tokens": state.tokens()[1:]}
 
 
 def _secret(secrets: SecretData, ref: models.SecretKeyRef) -> str:

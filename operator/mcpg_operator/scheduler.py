@@ -2,7 +2,7 @@
 
 A request during a run marks the namespace dirty and the run loops once more, so the last event is never lost.
 Each run waits a short settle time first, so a burst (a `kubectl apply` of many watches) becomes one rendered
-configuration and one rollout instead of a rollout per object. Failed runs are retried with backoff; a run that
+configuration, written once, instead of one per object. Failed runs are retried with backoff; a run that
 asks to be woken later (a grace period) is scheduled, and one that asks for a rerun (it created something the
 next run must read back) runs again at once. Each run is counted and timed here, as controller-runtime counts a
 reconcile (`metrics`), and what the run found is handed to the metrics. An `after` callback sees each run's

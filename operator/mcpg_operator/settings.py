@@ -128,6 +128,9 @@ class GatewayDefaults(BaseModel):
     """`gateway.server.server_card`, from `MCPG_GATEWAY_SERVER_CARD` (true or false); None: not set."""
     bounds: GatewayBounds = Field(default_factory=GatewayBounds)
     """What an McpGateway may ask for; read from variables of its own (`GatewayBounds`), not `MCPG_GATEWAY_BOUNDS`."""
+    operator_namespace: str | None = None
+    """Where the operator runs (`POD_NAMESPACE`, not a variable of its own): a gateway NetworkPolicy that limits
+    who reaches the gateway still lets the operator reach each pod's admin port, to ask what it serves."""
 
     @field_validator("http_node_port", "admin_node_port")
     @classmethod
@@ -200,7 +203,8 @@ class OperatorSettings:
     resync_s: float = 30.0
     """`MCPG_RESYNC_SECONDS`: every known namespace is reconciled this often, covering any missed event."""
     settle_s: float = 0.5
-    """`MCPG_SETTLE_SECONDS`: a namespace's reconcile waits this long for more events (a burst becomes one rollout)."""
+    """`MCPG_SETTLE_SECONDS`: a namespace's reconcile waits this long for more events (a burst becomes one
+    configuration)."""
     watch_namespaces: tuple[str, ...] = ()
     """`MCPG_WATCH_NAMESPACES`, comma-separated; empty means every namespace."""
     gateway: GatewayDefaults = field(default_factory=GatewayDefaults)
@@ -275,9 +279,9 @@ def _seconds(
 def _gateway_defaults(env: Mapping[str, str], problems: list[str]) -> GatewayDefaults | None:
     """`MCPG_GATEWAY_<FIELD>` variables (those in `_JSON_FIELDS` are JSON), and the bounds (`_bounds`)."""
     bounds = _bounds(env, problems)
-    values: dict[str, Any] = {"bounds": bounds}
+    values: dict[str, Any] = {"bounds": bounds, "operator_namespace": env.get("POD_NAMESPACE", "").strip() or None}
     for name in GatewayDefaults.model_fields:
-        if name == "bounds":
+        if name in ("bounds", "operator_namespace"):
             continue  # variables of their own
         var = f"MCPG_GATEWAY_{name.upper()}"
         raw = env.get(var)

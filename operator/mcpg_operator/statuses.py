@@ -1,9 +1,11 @@
 """Status of ResourceWatches and WebhookTokens, computed from scratch on every pass. Pure.
 
 A status is written only when it differs from the one read (`changed`), so watching our own status writes
-converges instead of looping. Tokens appear only as short SHA-256 digests. What a status claims is what was
-observed: `TokenAccepted` is true only when every available gateway pod runs a configuration holding the
-current token, and a rollout the Deployment controller gave up on is reported as Stalled, with its reason.
+converges instead of looping. Tokens appear only as short SHA-256 digests. What a status claims is what the pods
+said: a watch is served once every counted gateway pod acknowledges its entry, `TokenAccepted` is true once every
+counted pod acknowledged a configuration carrying the current token, as read at the Secret version the status
+names, a configuration a pod refused is reported as Stalled (`ConfigRefused`) on what it concerns, and a rollout
+the Deployment controller gave up on is reported as Stalled, with its reason.
 """
 
 from __future__ import annotations
@@ -24,14 +26,38 @@ class TokenView:
     """What a WebhookToken's status needs beyond its own state: what the gateway's pods really do with it."""
 
     accepted: bool
-    """Every available gateway pod runs a configuration that holds the current token."""
+    """Every counted gateway pod has acknowledged a configuration holding the current token (`rotation`)."""
     carried: bool
-    """The configuration being rolled out holds the current token (some served watch uses it)."""
+    """The configuration decided holds the current token (some served watch uses it)."""
     not_carried_message: str = ""
     """Why no served watch uses it, when it is not carried."""
     rollout_stalled: Stalled = None
-    draining: bool = False
-    """Every available pod accepts the current token, and the pods the rollout replaced are still draining."""
+    acknowledged: int = 0
+    """Counted pods serving every entry that carries the current token, as decided."""
+    counted: int = 0
+    late: str = ""
+    """The pods late with it, named (`serving.Pods.late`), to add to a message; empty when none is."""
+    refused: str | None = None
+    """A pod refused the configuration, for a reason that concerns this token's watches (`ConfigRefused`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WatchServing:
+    """How far the gateway's pods are with one watch's entry."""
+
+    served: bool
+    """At least one pod counts, and every counted pod serves the entry as decided."""
+    serving: int = 0
+    counted: int = 0
+    late: str = ""
+    """The pods late with it, named, to add to a message; empty when none is."""
+    refused: str | None = None
+    """A pod refused the configuration, for a reason that concerns this watch (`ConfigRefused`)."""
+
+    def message(self) -> str:
+        if not self.counted:
+            return "waiting for a gateway pod to be Ready and serve this watch's configuration"
+        return f"{self.serving} of {self.counted} gateway pods serve this watch's configuration{self.late}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,28 +84,31 @@ WEBHOOK_PATH = "/webhooks/resource-updated/{token}"
 def watch_status(
     rw: observed.Watch,
     verdict: render.Verdict,
-    entry_hash: str,
-    rolled_out: bool,
+    entry_digest: str,
+    pods: WatchServing,
     now: float,
     rollout_stalled: Stalled = None,
     gateway: Gateway | None = None,
     token_secret: str | None = None,
 ) -> dict[str, Any]:
-    """`entry_hash`: of the watch's own entry in the configuration; `rolled_out`: every available pod serves
-    that entry (another watch's rollout leaves this status as it is, so a pass patches only what changed);
-    `token_secret`: `name/key` of the Secret holding a webhook watch's token, where its senders find it."""
+    """`entry_digest`: of the watch's own entry in the configuration; `pods`: how far the pods are with that entry
+    (another watch's change leaves this status as it is, so a pass patches only what changed); `token_secret`:
+    `name/key` of the Secret holding a webhook watch's token, where its senders find it."""
     gen = rw.id.generation
     conds = list(rw.status.get("conditions", []))
-    ready = verdict.served and rolled_out
+    refused = pods.refused if verdict.served else None
+    ready = verdict.served and pods.served and refused is None
     reason, message, stalled = verdict.reason, verdict.message, verdict.stalled
-    if verdict.served and not rolled_out:
-        reason, message = c.ROLLING_OUT, "waiting for the gateway rollout that carries this watch to complete"
+    if refused is not None:
+        reason, message, stalled = c.CONFIG_REFUSED, refused, True
+    elif verdict.served and not pods.served:
+        reason, message = c.ROLLING_OUT, pods.message()
         if rollout_stalled is not None:
             reason, message, stalled = _stalled_rollout(rollout_stalled)
     clients_problem = gateway.clients_problem if gateway is not None and verdict.served else None
     if ready and clients_problem:
         message = f"{message}, but {clients_problem}"
-    reconciling = verdict.served and not rolled_out and not stalled
+    reconciling = verdict.served and not ready and not stalled
     conds = c.set_condition(conds, c.READY, ready, reason, message, gen, now)
     conds = c.set_condition(conds, c.RECONCILING, reconciling, reason, message, gen, now)
     conds = c.set_stalled(conds, stalled, reason, message, gen, now)
@@ -91,7 +120,7 @@ def watch_status(
         "conditions": conds,
         "strategy": verdict.strategy,
         "uri": verdict.uri,
-        "configHash": entry_hash[:16] if verdict.served else None,
+        "configHash": entry_digest[:16] if verdict.served else None,
         "gateway": gateway.address() if gateway is not None and verdict.served else None,
         "webhookPath": WEBHOOK_PATH if webhook else None,
         "webhookTokenSecret": token_secret if webhook else None,
@@ -121,12 +150,16 @@ def token_status(
     refusal = _refusal(wt, src)
     phase, ready, reason, message = ("Error", False, c.SECRET_REFUSED, refusal) if refusal else _phase(src, state, view)
     conds = c.set_condition(conds, c.READY, ready, reason, message, gen, now)
-    accept_msg = "every available gateway pod accepts the current token" if view.accepted else message
-    accept_reason = c.TOKEN_ROLLED_OUT if view.accepted else reason
-    conds = c.set_condition(conds, c.TOKEN_ACCEPTED, view.accepted, accept_reason, accept_msg, gen, now)
+    # A value the gateway would refuse leaves the token in use as it is, but the Secret as read does not hold it:
+    # no condition may say that the token of this version of the Secret is accepted.
+    accepted = view.accepted and src.secret_error is None and refusal is None and state.current is not None
+    accept_reason, accept_msg = (reason, message)
+    if accepted:
+        accept_reason, accept_msg = c.TOKEN_ROLLED_OUT, _accepted_message(src, state, view)
+    conds = c.set_condition(conds, c.TOKEN_ACCEPTED, accepted, accept_reason, accept_msg, gen, now)
     stalled = (c.SECRET_REFUSED, refusal) if refusal else _token_stalled(src, state, view)
     conds = c.set_stalled(conds, stalled is not None, *(stalled or ("", "")), gen, now)
-    accepted_at = state.current_accepted_at if view.accepted else None
+    accepted_at = state.current_accepted_at if accepted else None
     in_use = refusal is None and (view.carried or view.accepted)
     return {
         "observedGeneration": gen,
@@ -134,14 +167,40 @@ def token_status(
         "conditions": conds,
         "retiringCount": len(state.retiring),
         "retiring": [_retiring(r, src.grace_s) for r in state.retiring],
-        # Always present (None removes a stale value under merge patch): during a rollout the previous
-        # token's acceptance time must not be shown as the new one's.
+        # Always present (None removes a stale value under merge patch): once an edit is read, the previous
+        # token's acceptance must not be shown as the new one's.
         "currentDigest": render.token_digest(state.current) if state.current else None,
         "currentAcceptedAt": c.now_iso(accepted_at) if accepted_at is not None else None,
+        "secretResourceVersion": src.secret_version,
+        "accepted": _accepted(src, state, accepted_at),
         # Where its senders POST, once some served watch uses it (the token itself is in its Secret, never here).
         "gateway": gateway.address() if gateway is not None and in_use else None,
         "webhookPath": WEBHOOK_PATH if in_use else None,
     }
+
+
+def _accepted(src: tokens.Source, state: rotation.TokenState, at: float | None) -> dict[str, Any] | None:
+    """Which token is accepted, read at which version of its Secret, since when: what `kubectl wait` waits for."""
+    if at is None or state.current is None:
+        return None
+    return {
+        "digest": render.token_digest(state.current),
+        "secretResourceVersion": src.secret_version,
+        "at": c.now_iso(at),
+    }
+
+
+def _about(src: tokens.Source, state: rotation.TokenState) -> str:
+    """`token <digest> (Secret <name> at resourceVersion <v>)`: which token, read where, a condition is about."""
+    digest = render.token_digest(state.current) if state.current else "none"
+    where = f"Secret {src.spec.secret_ref.name}" if src.spec is not None else "its Secret"
+    return f"token {digest} ({where} at resourceVersion {src.secret_version or 'unknown'})"
+
+
+def _accepted_message(src: tokens.Source, state: rotation.TokenState, view: TokenView) -> str:
+    # With no pod counted now, it stays accepted: configurations only move forward, and a new pod reads the newest.
+    pods = f"all {view.counted} counted gateway pod(s)" if view.counted else "every gateway pod counted"
+    return f"{_about(src, state)} is accepted: {pods} acknowledged a configuration carrying it"
 
 
 def refused(wt: observed.Token, message: str, now: float) -> dict[str, Any]:
@@ -177,7 +236,7 @@ def depends_on_gateway(status: dict[str, Any]) -> bool:
 
 
 GATEWAY_BOUND_REASONS = frozenset(
-    {c.SERVED, c.ROLLING_OUT, c.TOKEN_ROTATING, c.APPLY_FAILED, c.ROLLOUT_STALLED, c.APPLIED}
+    {c.SERVED, c.ROLLING_OUT, c.TOKEN_ROTATING, c.APPLY_FAILED, c.ROLLOUT_STALLED, c.APPLIED, c.CONFIG_REFUSED}
 )
 """Ready reasons of an object waiting on the gateway's objects (a stalled rollout's own reason may differ); an
 McpGateway's `Applied` among them, since its settings are what failed to be written."""
@@ -205,20 +264,27 @@ def _phase(src: tokens.Source, state: rotation.TokenState, view: TokenView) -> t
         return "Pending", False, c.SECRET_NOT_FOUND, msg
     if not view.carried and not view.accepted:
         return "Unused", False, c.NOT_SERVED, view.not_carried_message
+    if view.refused is not None:  # Ready no more: the rotation cannot go on until the configuration is fixed
+        phase = "Rolling" if not view.accepted else "Retiring" if state.retiring else "Ready"
+        return phase, False, c.CONFIG_REFUSED, view.refused
     if not view.accepted:
         if view.rollout_stalled is not None:
             return ("Rolling", False, *_stalled_rollout(view.rollout_stalled)[:2])
-        if view.draining:
-            message = (
-                "every available gateway pod accepts the current token; the pods it replaced still answer until "
-                f"their {objects.DRAIN_S} s drain ends"
-            )
-            return "Rolling", False, c.TOKEN_ROTATING, message
-        return "Rolling", False, c.TOKEN_ROTATING, "the gateway is rolling out the current token"
+        return "Rolling", False, c.TOKEN_ROTATING, _waiting_message(src, state, view)
     if state.retiring:
-        return "Retiring", True, c.RETIRING_OLD_TOKENS, f"{len(state.retiring)} replaced token(s) still accepted"
-    message = "every available gateway pod accepts the current token; no old token remains"
+        removing = len(rotation.retired(state))
+        gone = f" ({removing} left out of the configuration, until every gateway pod drops it)" if removing else ""
+        message = f"{len(state.retiring)} replaced token(s) still accepted{gone}"
+        return "Retiring", True, c.RETIRING_OLD_TOKENS, message
+    message = "every counted gateway pod accepts the current token; no old token remains"
     return "Ready", True, c.TOKEN_ROLLED_OUT, message
+
+
+def _waiting_message(src: tokens.Source, state: rotation.TokenState, view: TokenView) -> str:
+    if not view.counted:
+        return f"{_about(src, state)} is not accepted yet: waiting for a gateway pod to be Ready"
+    pods = f"{view.acknowledged} of {view.counted} gateway pods acknowledged a configuration carrying it"
+    return f"{_about(src, state)} is not accepted yet: {pods}{view.late}"
 
 
 def _refusal(wt: observed.Token, src: tokens.Source) -> str | None:
@@ -239,6 +305,8 @@ def _token_stalled(src: tokens.Source, state: rotation.TokenState, view: TokenVi
         return c.INVALID_SPEC, str(src.spec_error)
     if src.secret_error is not None:  # retrying will not help until someone edits the Secret
         return c.INVALID_SPEC, src.secret_error
+    if state.current is not None and view.carried and view.refused is not None:
+        return c.CONFIG_REFUSED, view.refused
     if state.current is not None and not view.accepted and view.rollout_stalled is not None:
         reason, message, _ = _stalled_rollout(view.rollout_stalled)
         return reason, message
@@ -252,9 +320,11 @@ def _stalled_rollout(stalled: tuple[str, str]) -> tuple[str, str, bool]:
 
 
 def _retiring(r: rotation.Retiring, grace: int) -> dict[str, Any]:
-    out = {"digest": render.token_digest(r.token), "replacedAt": c.now_iso(r.replaced_at)}
-    if r.rolled_out_at is not None:
-        out["retireAfter"] = c.now_iso(r.rolled_out_at + grace)
+    out: dict[str, Any] = {"digest": render.token_digest(r.token), "replacedAt": c.now_iso(r.replaced_at)}
+    if r.accepted_at is not None:
+        out["retireAfter"] = c.now_iso(r.accepted_at + grace)
+    if r.retired_at is not None:
+        out["removing"] = True
     return out
 
 

@@ -5,8 +5,8 @@ in a URL path); another value is reported and changes nothing, so the token in u
 
 Rotation state holds token values, so it lives in an operator-owned Secret per WebhookToken (owned by it, so
 deleting the WebhookToken deletes it), never in status or annotations. It survives operator restarts, which is
-what lets a rotation resume exactly where it stopped. Existing clusters hold state in this format (Secret
-name, key and JSON), so it must not change.
+what lets a rotation resume exactly where it stopped. Existing clusters hold state in this format (Secret name and
+key; the JSON is `rotation.to_json`'s, which reads back what earlier operators wrote), so those must not change.
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ class Source:
     secret_exists: bool = False
     secret_error: str | None = None
     """Why the Secret's value cannot be a token, naming the Secret and key (never the value); it is then unused."""
+    secret_version: str | None = None
+    """The Secret's resourceVersion as read: which edit of it the token (and its status) is about."""
 
     @property
     def grace_s(self) -> int:
@@ -50,17 +52,21 @@ class Source:
         return self.spec is not None and self.spec.generate and not self.secret_exists
 
 
-def source(spec: Mapping[str, Any], secrets: Mapping[str, Mapping[str, str]]) -> Source:
+def source(
+    spec: Mapping[str, Any], secrets: Mapping[str, Mapping[str, str]], versions: Mapping[str, str] | None = None
+) -> Source:
+    """`versions`: each Secret's resourceVersion as read."""
     try:
         parsed = models.WebhookTokenSpec.model_validate(spec)
     except ValidationError as e:
         return Source(None, str(e))
     data = secrets.get(parsed.secret_ref.name)
     value = (data or {}).get(parsed.secret_ref.key) or None
+    version = (versions or {}).get(parsed.secret_ref.name) or None
     if value is not None and (problem := config.WebhookStrategy.token_problem(value)) is not None:
         where = f"Secret {parsed.secret_ref.name} key {parsed.secret_ref.key}"
-        return Source(parsed, None, None, True, f"{where} does not hold a usable token: {problem}; edit it")
-    return Source(parsed, None, value, data is not None)
+        return Source(parsed, None, None, True, f"{where} does not hold a usable token: {problem}; edit it", version)
+    return Source(parsed, None, value, data is not None, None, version)
 
 
 def observe(state: rotation.TokenState, src: Source, now: float, pinned: frozenset[str]) -> rotation.Edit:

@@ -7,6 +7,9 @@ Module map (a fire's path through it, top to bottom):
 
     fanout          `Fanout`: open, subscribe, touch, fire, carry and close subscribers; what the admin API lists
     watchers        one watcher per subscribed URI; a fire tells each subscriber its audience admits, once
+    running         how one watcher runs: started (again until its source answers, after a swap), supervised, polled
+    rebinding       what a new configuration does to a running watcher: keep it, restart it, or end it
+    states          each URI's state token, so a subscriber who comes back is told what moved, and only that
     lease           a subscription's lease: an idle session's pull watch slows, and every notification says so
     lifetimes       every subscription ends `lifetime_s` after it began: the schedule and its one task
     limits          how many watches and listen streams a principal, and everyone, may hold

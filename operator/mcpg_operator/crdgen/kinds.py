@@ -80,7 +80,9 @@ KINDS = (
         "webhooktokens",
         "wht",
         "A webhook token kept in a Secret. Edit the Secret to rotate: the operator keeps the old token valid until "
-        "the gateway rollout that introduced the new one has completed (plus any grace period).",
+        "every gateway pod has acknowledged a configuration carrying the new one (plus any grace period). To wait "
+        "for the new token: kubectl wait webhooktoken/NAME --for=jsonpath='{.status.accepted.secretResourceVersion}'"
+        "=RV, where RV is the Secret's resourceVersion after your edit.",
         models.WebhookTokenSpec,
         models.WebhookTokenStatus,
         (

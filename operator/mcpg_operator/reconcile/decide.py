@@ -3,21 +3,22 @@
 Pure: no I/O, and the clock (`now`) and token generator (`new_token`) are arguments, so every decision can be
 tested the way rotation.py's state machine is. The steps, in order:
 
-1. What the pods serve. Each ReplicaSet with an available pod runs one configuration; the tokens those accept
-   are the ground truth for `TokenAccepted` and are never dropped by the cap on retiring tokens.
+1. What the pods serve. Each counted gateway pod said which configuration and entries it serves (its
+   acknowledgement, `serving`); what they may still accept comes from the configuration Secret as read, which no
+   pod is ahead of. The plugin kinds every answering pod has installed are the ones a watch may name (the
+   settings' until one answers).
 2. Tokens. A WebhookToken with `generate: true` whose Secret is missing gets one created, and that is all
    such a pass writes: it asks to be run again at once, because a value is promoted only once a pass has read
-   it back, and rolling out a configuration without it (or warning that it is missing) would be wasted. (One
+   it back, and writing a configuration without it (or warning that it is missing) would be wasted. (One
    the API server refused before is tried again with the rest of the pass instead, so it holds up nothing.)
-   A lost rotation-state Secret is rebuilt from what the pods accept. Then a Secret that now holds a new value
-   has it promoted and the old value starts retiring; a Secret (or key) that is gone revokes the token.
+   A lost rotation-state Secret is rebuilt from the configuration Secret. Then a Secret that now holds a new
+   value has it promoted and the old value starts retiring; a Secret (or key) that is gone revokes the token.
 3. Render the configuration from those states (`render.plan`: only what the gateway would start on).
-4. Rollout. If the Deployment as read runs exactly that configuration and its rollout is complete, every pod
-   accepts every token in it. A watch's status asks less: does every available pod serve its own entry? So
-   editing one watch leaves the others' statuses as they are, and a pass patches only what changed. A token
-   that is in no rendered configuration needs no rollout at all.
-5. Retire what is due (its replacement rolled out, plus the grace period); if anything was, render again. The
-   configuration rendered last is the one applied, once.
+4. Acknowledgements (`acceptance`). A token is accepted once every counted pod serves the entries carrying it,
+   as rendered; a watch is served once every counted pod serves its own entry. So editing one watch leaves the
+   others' statuses as they are, and a pass patches only what changed.
+5. Retire what is due (its replacement accepted, plus the grace period); if anything was, render again. The
+   configuration rendered last is the one written, once per digest.
 6. Statuses, Events, and the writes that make the namespace match (only where it does not already; those of
    the gateway's objects are `gateway_objects`'). With a managed bus (`bus.Wiring`), that includes the
    namespace's bus credentials Secret: its derived password, put back if anyone changes it.
@@ -25,8 +26,8 @@ tested the way rotation.py's state machine is. The steps, in order:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from mcpg_operator import actions as w
@@ -34,20 +35,19 @@ from mcpg_operator import (
     bus,
     events,
     gateway_settings,
-    objects,
     observed,
     render,
     rotation,
+    serving,
     statuses,
     tokens,
 )
 from mcpg_operator import conditions as c
 from mcpg_operator.models import GROUP
-from mcpg_operator.reconcile import gateway_objects, references
+from mcpg_operator.reconcile import acceptance, gateway_objects, references
 from mcpg_operator.settings import GatewayDefaults
 
-States = dict[str, rotation.TokenState]
-"""WebhookToken name -> its rotation state."""
+States = acceptance.States
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,13 +63,16 @@ class Decision:
     writes: tuple[w.Write, ...]
     """What the write phase does, stage by stage."""
     rollout_complete: bool
-    """The Deployment as read already runs `plan`, on every pod."""
+    """The Deployment as read runs the pod template `plan` needs, on every pod."""
     next_check_s: float | None
-    """Decide again after this long (a grace period ends), even if nothing else happens."""
+    """Decide again after this long (a grace period ends, a pod is still to acknowledge), even if nothing else
+    happens."""
     rerun: bool
     """Decide again as soon as the writes are done: a created Secret has to be read back."""
     bus_account: bool = False
     """Once the writes are done, the namespace holds managed bus credentials (so the bus must list its account)."""
+    pods: serving.Pods = field(default_factory=lambda: serving.Pods((), ""))
+    """The counted gateway pods, against `plan`'s digest."""
 
 
 def decide(
@@ -84,28 +87,35 @@ def decide(
     `shaped` overlays them with the namespace's McpGateway (`gateway_settings.shape`), which also says what
     PodDisruptionBudget and NetworkPolicy the gateway gets (None: no McpGateway was read)."""
     shaped = shaped or gateway_settings.Shape(defaults)
+    defaults = _installed(defaults, snap.counted())
     secrets = snap.secret_data()
-    sources = {t.name: tokens.source(t.spec, secrets) for t in snap.tokens}
-    configs = [render.parse_config(text) for text in snap.serving_configs()]
-    serving = [render.tokens_by_entry(config) if config is not None else None for config in configs]
-    pinned = {t.name: _pinned(snap, t.name, serving) for t in snap.tokens}
+    sources = {t.name: tokens.source(t.spec, secrets, snap.secret_versions()) for t in snap.tokens}
+    config = acceptance.read_config(snap)
+    by_entry = acceptance.pods_may_accept(snap, config)
+    may_accept = {t.name: acceptance.may_accept(snap, t.name, by_entry) for t in snap.tokens}
+    pinned = {t.name: acceptance.pinned(snap, t.name, config) for t in snap.tokens}
     generated, retried = _generated_secrets(snap, sources, new_token)
     if generated:
         return _only_create(snap, generated, defaults, wiring)
-    recovered = {t.name: _recovered(t, sources[t.name], pinned[t.name], now) for t in snap.tokens}
+    recovered = {t.name: acceptance.recovered(t, sources[t.name], may_accept[t.name], now) for t in snap.tokens}
     edits = {t.name: tokens.observe(recovered[t.name], sources[t.name], now, pinned[t.name]) for t in snap.tokens}
     promoted = {name: edit.state for name, edit in edits.items()}
-    states, plan = _rotate(snap, sources, promoted, defaults, now, wiring)
-    rolled_out = _runs(snap.deployment, plan)
-    views = {t.name: _view(snap, t.name, states[t.name], plan, serving, now) for t in snap.tokens}
-    entries = [render.entry_hashes(config) if config is not None else None for config in configs]
-    status_by_ref, status_writes = _statuses(snap, sources, states, views, plan, entries, now)
+    states, plan = acceptance.rotate(snap, sources, promoted, defaults, now, wiring, config)
+    pods = serving.Pods(snap.counted(), plan.digest, _written_at(snap, plan))
+    refused = acceptance.refusals(plan, pods)
+    refused_by = {t.name: acceptance.users_refused(snap, t.name, refused) for t in snap.tokens}
+    views = {
+        t.name: acceptance.view(snap, t.name, states[t.name], plan, pods, refused_by[t.name], now) for t in snap.tokens
+    }
+    status_by_ref, status_writes = _statuses(snap, sources, states, views, plan, pods, refused, now)
     evts = _events(snap, edits, recovered, states, status_by_ref)
     posts = [w.PostEvent(events.body(snap.namespace, e, now)) for e in evts]
-    gateway = gateway_objects.writes(snap, plan, defaults, wiring, rolled_out, shaped)
+    rolled_out = _rolled_out(snap.deployment, plan)
+    gateway = gateway_objects.writes(snap, plan, defaults, wiring, rolled_out, shaped, now)
     status_writes += _mcp_gateway(snap, shaped, now, status_by_ref)
     todo = [*retried, *_state_writes(snap, states), *gateway, *status_writes, *posts]
     todo += references.writes(snap)  # the label that lets the Secret watch see what this pass needs
+    waits = [acceptance.next_check(states, sources, now), pods.next_check(now) if snap.watches else None]
     return Decision(
         states=states,
         plan=plan,
@@ -113,37 +123,41 @@ def decide(
         events=evts,
         writes=w.in_order(todo),
         rollout_complete=rolled_out,
-        next_check_s=references.next_check(_next_check(states, sources, now), snap, now),
+        next_check_s=references.next_check(_soonest(waits), snap, now),
         rerun=False,
         bus_account=gateway_objects.bus_account(snap, todo),
+        pods=pods,
     )
+
+
+def _installed(defaults: GatewayDefaults, counted: Sequence[observed.Pod]) -> GatewayDefaults:
+    """`defaults` with the plugin kinds every counted pod that answered has installed (`serving.plugin_kinds`)."""
+    kinds = serving.plugin_kinds(counted, defaults.plugin_kinds)
+    return defaults if kinds == defaults.plugin_kinds else defaults.model_copy(update={"plugin_kinds": kinds})
+
+
+def _written_at(snap: observed.Snapshot, plan: render.Plan) -> float | None:
+    """When the configuration Secret as read got `plan`'s digest; None when this pass writes it."""
+    found = snap.config
+    return found.updated_at if found is not None and found.digest == plan.digest else None
+
+
+def _soonest(waits: Sequence[float | None]) -> float | None:
+    found = [x for x in waits if x is not None]
+    return min(found) if found else None
 
 
 def _only_create(
     snap: observed.Snapshot, generated: list[w.Write], defaults: GatewayDefaults, wiring: bus.Wiring | None
 ) -> Decision:
-    """Step 1's early end: the generated Secrets are the only writes, and the next pass decides the rest."""
+    """Step 2's early end: the generated Secrets are the only writes, and the next pass decides the rest."""
     states = {t.name: t.state for t in snap.tokens}
     plan = render.plan(snap.watches, states, snap.secret_data(), defaults, wiring)
-    rolled_out = _runs(snap.deployment, plan)
+    rolled_out = _rolled_out(snap.deployment, plan)
     has_bus = gateway_objects.bus_account(snap, generated)  # as read: the next pass creates it if it is missing
-    return Decision(states, plan, {}, (), w.in_order(generated), rolled_out, None, rerun=True, bus_account=has_bus)
-
-
-def _rotate(
-    snap: observed.Snapshot,
-    sources: dict[str, tokens.Source],
-    promoted: States,
-    defaults: GatewayDefaults,
-    now: float,
-    wiring: bus.Wiring | None,
-) -> tuple[States, render.Plan]:
-    """Steps 2 to 4: render, observe the rollout as read, retire what is due, and render again if anything was."""
-    plan = render.plan(snap.watches, promoted, snap.secret_data(), defaults, wiring)
-    states = _after_rollout(promoted, sources, plan, _runs(snap.deployment, plan), now)
-    if any(len(states[name].retiring) < len(promoted[name].retiring) for name in states):
-        plan = render.plan(snap.watches, states, snap.secret_data(), defaults, wiring)
-    return states, plan
+    pods = serving.Pods(snap.counted(), plan.digest, _written_at(snap, plan))
+    todo = w.in_order(generated)
+    return Decision(states, plan, {}, (), todo, rolled_out, None, rerun=True, bus_account=has_bus, pods=pods)
 
 
 # --- tokens -------------------------------------------------------------------------------------------------
@@ -168,86 +182,6 @@ def _generated_secrets(
     return list(fresh.values()), list(retried.values())
 
 
-def _pinned(
-    snap: observed.Snapshot, webhook_token: str, serving: list[dict[str, frozenset[str]] | None]
-) -> frozenset[str]:
-    """The tokens some available pod accepts for the watches that use `webhook_token`."""
-    names = {_entry_name(rw) for rw in snap.watches if _token_ref(rw) == webhook_token}
-    return frozenset(t for by_entry in serving if by_entry for name in names for t in by_entry.get(name, ()))
-
-
-def _entry_name(rw: observed.Watch) -> str:
-    return str(rw.spec.get("name") or rw.name)
-
-
-def _token_ref(rw: observed.Watch) -> str | None:
-    ref = ((rw.spec.get("watch") or {}).get("webhook") or {}).get("tokenRef") or {}
-    name = ref.get("name")
-    return str(name) if name else None
-
-
-def _recovered(t: observed.Token, src: tokens.Source, pinned: frozenset[str], now: float) -> rotation.TokenState:
-    """The state to rotate from. A lost state Secret (while pods accept this token's values) is rebuilt.
-
-    Whatever an available pod accepts is kept retiring until the rollout carrying the current value completes:
-    losing the record of a rotation must not refuse a sender holding the replaced token.
-    """
-    if t.state_saved or not pinned or not src.secret_value:
-        return t.state
-    keep = sorted(pinned - {src.secret_value})
-    return rotation.TokenState(current=src.secret_value, retiring=tuple(rotation.Retiring(x, now) for x in keep))
-
-
-def _after_rollout(
-    states: States, sources: dict[str, tokens.Source], plan: render.Plan, runs_plan: bool, now: float
-) -> States:
-    """The rotation step: mark what the observed rollout carried, then retire what is due."""
-    carried = render.rendered_tokens(plan.config)
-    out = {}
-    for name, state in states.items():
-        if state.current in carried:
-            state = rotation.observe_rollout(state, runs_plan, now)
-        else:
-            state = rotation.release(state, now)  # no pod can accept it: replaced ones wait for no rollout
-        out[name] = rotation.retire_due(state, _retirement_wait(sources[name]), now)
-    return out
-
-
-def _view(
-    snap: observed.Snapshot,
-    webhook_token: str,
-    state: rotation.TokenState,
-    plan: render.Plan,
-    serving: list[dict[str, frozenset[str]] | None],
-    now: float,
-) -> statuses.TokenView:
-    """What a WebhookToken's status reports besides its own state: is its current token really accepted?
-
-    Accepted once every available pod accepts it and the pods the rollout replaced have drained: until their
-    preStop pause ends they still answer what the proxies send them (kube-proxy follows the endpoints within a
-    second or so), and a sender told to switch must not meet one of them.
-    """
-    users = [rw for rw in snap.watches if _token_ref(rw) == webhook_token]
-    carried = state.current is not None and state.current in render.rendered_tokens(plan.config)
-    everywhere = (
-        state.current is not None
-        and bool(serving)
-        and all(by_entry is not None and any(state.current in ts for ts in by_entry.values()) for by_entry in serving)
-    )
-    drained = rotation.drained(state, objects.DRAIN_S, now)
-    accepted = everywhere and drained
-    why = "; ".join(f"ResourceWatch {rw.name}: {plan.verdicts[rw.name].reason}" for rw in users)
-    unused = f"no ResourceWatch the gateway serves uses this token ({why or 'none refers to it'})"
-    stalled = snap.deployment.stalled if snap.deployment is not None else None
-    return statuses.TokenView(
-        accepted=accepted,
-        carried=carried,
-        not_carried_message=unused,
-        rollout_stalled=stalled,
-        draining=everywhere and not drained,
-    )
-
-
 def _state_writes(snap: observed.Snapshot, states: States) -> list[w.Write]:
     out: list[w.Write] = []
     for t in snap.tokens:
@@ -257,25 +191,13 @@ def _state_writes(snap: observed.Snapshot, states: States) -> list[w.Write]:
     return out
 
 
-def _retirement_wait(source: tokens.Source) -> float:
-    """From the rollout carrying a replacement to the retirement of what it replaced: the replaced pods' drain
-    (the replacement is reported accepted only then, `_view`), then the grace period senders have to switch."""
-    return objects.DRAIN_S + source.grace_s
-
-
-def _next_check(states: States, sources: dict[str, tokens.Source], now: float) -> float | None:
-    due = [rotation.next_retirement(state, _retirement_wait(sources[name])) for name, state in states.items()]
-    due += [rotation.next_drained(state, objects.DRAIN_S, now) for state in states.values()]
-    waits = [max(0.0, at - now) for at in due if at is not None]
-    return min(waits) if waits else None
-
-
 # --- the gateway --------------------------------------------------------------------------------------------
 
 
-def _runs(deployment: observed.Deployment | None, plan: render.Plan) -> bool:
-    """The Deployment's template names exactly this configuration and every pod runs it."""
-    return deployment is not None and deployment.config_hash == plan.hash and deployment.rollout_complete
+def _rolled_out(deployment: observed.Deployment | None, plan: render.Plan) -> bool:
+    """The Deployment's template carries this configuration's restart digest, and every pod runs that template."""
+    wanted = gateway_objects.restart_digest(plan)
+    return deployment is not None and deployment.restart_digest == wanted and deployment.rollout_complete
 
 
 def _mcp_gateway(
@@ -298,19 +220,20 @@ def _statuses(
     states: States,
     views: dict[str, statuses.TokenView],
     plan: render.Plan,
-    serving: list[dict[str, str] | None],
+    pods: serving.Pods,
+    refused: Mapping[str | None, list[str]],
     now: float,
 ) -> tuple[dict[w.Ref, dict[str, Any]], list[w.Write]]:
     decided: dict[w.Ref, tuple[dict[str, Any], dict[str, Any]]] = {}
     stalled = snap.deployment.stalled if snap.deployment is not None else None
     gateway = statuses.Gateway(snap.namespace, plan.clients_problem)
-    desired = render.entry_hashes(plan.config)
+    desired = render.entry_digests(plan.config)
     for rw in snap.watches:
         secret = _token_secret(rw, sources)
         verdict = plan.verdicts[rw.name]
-        entry = desired.get(_entry_name(rw), "")
-        rolled_out = bool(serving) and all(by is not None and by.get(_entry_name(rw)) == entry for by in serving)
-        status = statuses.watch_status(rw, verdict, entry, rolled_out, now, stalled, gateway, secret)
+        entry = desired.get(acceptance.entry_name(rw), "")
+        at = _watch_serving(rw, entry, pods, refused, now)
+        status = statuses.watch_status(rw, verdict, entry, at, now, stalled, gateway, secret)
         decided[w.Ref("resourcewatches", rw.name, GROUP)] = (rw.status, status)
     for t in snap.tokens:
         status = statuses.token_status(t, sources[t.name], states[t.name], views[t.name], now, gateway)
@@ -321,9 +244,23 @@ def _statuses(
     return {ref: after for ref, (_, after) in decided.items()}, patches
 
 
+def _watch_serving(
+    rw: observed.Watch, entry: str, pods: serving.Pods, refused: Mapping[str | None, list[str]], now: float
+) -> statuses.WatchServing:
+    """How far the counted pods are with a watch's entry, who is late with it, and what they refused of it."""
+    found = acceptance.refused_message([*refused.get(None, []), *refused.get(rw.name, [])])
+    return statuses.WatchServing(
+        served=bool(entry) and pods.serve([entry]),
+        serving=pods.serving([entry]) if entry else 0,
+        counted=len(pods.counted),
+        late=pods.late(pods.without([entry]), now) if entry else "",
+        refused=found,
+    )
+
+
 def _token_secret(rw: observed.Watch, sources: dict[str, tokens.Source]) -> str | None:
     """`name/key` of the Secret holding the token of a webhook watch's WebhookToken, if it names one that exists."""
-    source = sources.get(_token_ref(rw) or "")
+    source = sources.get(acceptance.token_ref(rw) or "")
     if source is None or source.spec is None:
         return None
     ref = source.spec.secret_ref

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mcpg_operator import actions as w
-from mcpg_operator import conditions, observed
+from mcpg_operator import conditions, objects, observed
 from mcpg_operator.metrics import KNOWN_REASONS, OTHER, TOKEN_PHASES, TRANSITIONS, Facts
 from mcpg_operator.reconcile.decide import Decision
 
@@ -24,16 +24,21 @@ def of(snap: observed.Snapshot, decided: Decision) -> Facts | None:
     watches = Tally(_ready(s) for ref, s in decided.statuses.items() if ref.plural == "resourcewatches")
     phases = Tally(str(s.get("phase")) for ref, s in decided.statuses.items() if ref.plural == "webhooktokens")
     transitions = Tally(TRANSITIONS[e.reason] for e in decided.events if e.reason in TRANSITIONS)
-    running = snap.deployment.config_hash if snap.deployment is not None else None
-    applied = any(isinstance(x, w.ApplyObject) and x.ref.plural == "deployments" for x in decided.writes)
+    pods, digest = decided.pods, decided.plan.digest
+    config = w.Ref("secrets", objects.CONFIG_SECRET)
+    wrote = any(isinstance(x, w.ApplyObject) and x.ref == config for x in decided.writes)
+    new = snap.config is None or snap.config.digest != digest
+    acknowledged = sum(p.serving_digest == digest for p in pods.counted)
     return Facts(
         has_objects=bool(snap.watches or snap.tokens),
         token_phases={p if p in TOKEN_PHASES else OTHER: n for p, n in phases.items()},
         tokens_retiring=sum(len(state.retiring) for state in decided.states.values()),
         watches=dict(watches),
         transitions=dict(transitions),
-        rolling_out=decided.plan.hash if applied and running != decided.plan.hash else None,
-        rolled_out=running if snap.deployment is not None and snap.deployment.rollout_complete else None,
+        written=digest if wrote and new else None,
+        acknowledged=digest if pods.counted and acknowledged == len(pods.counted) else None,
+        pods_counted=len(pods.counted),
+        pods_acknowledged=acknowledged,
     )
 
 

@@ -1,7 +1,9 @@
 """The read phase of a reconcile: everything one namespace holds that a decision needs, and no writes at all.
 
 Reading everything before deciding anything means a pass decides from one view of the namespace, and a write
-can never be the input of a decision in the same pass (a created Secret is read back by the next pass).
+can never be the input of a decision in the same pass (a created Secret is read back by the next pass). Besides
+the API, each gateway pod that may be counted is asked what it serves (`acks`), after everything else is read:
+an acknowledgement is never older than the configuration Secret the pass decides from.
 Of the namespace's Secrets it reads only what the decision can use (`references`): the operator's own, listed
 by label, and each Secret a WebhookToken or ResourceWatch names, by name. However many other Secrets the
 namespace holds, and however large, their data never reaches the operator.
@@ -12,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from mcpg_operator import gateway_policy, gateway_settings, objects, observed
+from mcpg_operator import acks, gateway_policy, gateway_settings, objects, observed
 from mcpg_operator.kube import Client, ns_path
 from mcpg_operator.models import GROUP
 from mcpg_operator.reconcile import references
@@ -20,7 +22,8 @@ from mcpg_operator.reconcile import references
 GATEWAY_SELECTOR = ",".join(f"{k}={v}" for k, v in objects.SELECTOR.items())
 
 
-async def read(kube: Client, namespace: str) -> observed.Snapshot:
+async def read(kube: Client, namespace: str, fetch: acks.Fetch | None = None) -> observed.Snapshot:
+    """`fetch`: how a pod is asked for its acknowledgement (None: over HTTP, on its admin port)."""
     watches = await kube.list(ns_path(namespace, "resourcewatches", group=GROUP))
     webhook_tokens = await kube.list(ns_path(namespace, "webhooktokens", group=GROUP))
     return observed.snapshot(
@@ -29,6 +32,7 @@ async def read(kube: Client, namespace: str) -> observed.Snapshot:
         webhook_tokens=webhook_tokens,
         secrets=await secrets(kube, namespace, watches, webhook_tokens),
         deployment=await kube.get(ns_path(namespace, "deployments", objects.NAME, group="apps")),
+        # An older operator's configuration Secrets are kept while a ReplicaSet (kept for rollback) mounts one.
         replicasets=await kube.list(ns_path(namespace, "replicasets", group="apps"), GATEWAY_SELECTOR),
         service_account=await kube.get(ns_path(namespace, "serviceaccounts", objects.NAME)),
         service=await kube.get(ns_path(namespace, "services", objects.NAME)),
@@ -37,6 +41,9 @@ async def read(kube: Client, namespace: str) -> observed.Snapshot:
         network_policy=await kube.get(
             ns_path(namespace, "networkpolicies", objects.NAME, group=gateway_policy.NETWORKING)
         ),
+        role=await kube.get(ns_path(namespace, "roles", objects.NAME, group=objects.RBAC)),
+        role_binding=await kube.get(ns_path(namespace, "rolebindings", objects.NAME, group=objects.RBAC)),
+        pods=await acks.read(kube, namespace, fetch) if watches else (),
     )
 
 

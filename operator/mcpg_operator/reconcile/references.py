@@ -51,7 +51,7 @@ def referenced(watch_specs: Iterable[Mapping[str, Any]], token_specs: Iterable[M
 def writes(snap: observed.Snapshot) -> list[w.Write]:
     """The label patches that let the watch see every Secret this namespace's pass needs, where it is missing.
 
-    A configuration Secret is not watched: it is the operator's output, immutable, and read on every pass. Nor
+    The configuration Secret is not watched: it is the operator's output, and read on every pass. Nor
     is `mcpg-gateway-bus` labelled here: the bus decides what that name holds (`bus.credentials_secret`), and a
     tenant's Secret of that name is left alone while no bus uses it.
     With the gateway's writes, after those decided before them: behind none of the collection (the Service is

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mcpg_operator import bus, gateway_settings, metrics
+from mcpg_operator import acks, bus, gateway_settings, metrics
 from mcpg_operator.actions import Write
 from mcpg_operator.bus_key import BusKey
 from mcpg_operator.kube import Client
@@ -25,10 +25,13 @@ from mcpg_operator.settings import BusSettings, GatewayDefaults
 @dataclass(frozen=True, slots=True)
 class Outcome:
     served: int = 0
-    config_hash: str | None = None
+    config_digest: str | None = None
+    """`digests.document` of the configuration decided; None without a gateway."""
     rollout_complete: bool = False
+    """The Deployment runs the pod template this configuration needs, on every pod."""
     next_check_s: float | None = None
-    """Reconcile again after this long (a grace period ends), even if nothing else happens."""
+    """Reconcile again after this long (a grace period ends, a pod is still to acknowledge), even if nothing else
+    happens."""
     rerun: bool = False
     """Reconcile again right away: this pass wrote something (a generated Secret) the next one must read."""
     facts: metrics.Facts | None = None
@@ -49,10 +52,12 @@ async def reconcile(
     token: Callable[[], str] = new_token,
     bus_settings: BusSettings | None = None,
     bus_key: BusKey | None = None,
+    fetch: acks.Fetch | None = None,
 ) -> Outcome:
     """One pass over `namespace`. `bus_settings`: where a bus comes from (None: gateway replicas never share one);
-    `bus_key`: what a managed bus's passwords are derived from (None: read from the bus namespace on this pass)."""
-    snapshot = await read.read(kube, namespace)
+    `bus_key`: what a managed bus's passwords are derived from (None: read from the bus namespace on this pass);
+    `fetch`: how a gateway pod is asked what it serves (None: over HTTP)."""
+    snapshot = await read.read(kube, namespace, fetch)
     now = clock()
     shaped = gateway_settings.shape(snapshot.mcp_gateway, defaults, bus_settings)  # the namespace's McpGateway
     wiring = await _with_password(
@@ -68,7 +73,7 @@ async def reconcile(
         await write.execute(kube, namespace, decide.report(snapshot, refusals, now))
     return Outcome(
         served=sum(v.served for v in decided.plan.verdicts.values()),
-        config_hash=decided.plan.hash if snapshot.watches else None,
+        config_digest=decided.plan.digest if snapshot.watches else None,
         rollout_complete=decided.rollout_complete,
         next_check_s=decided.next_check_s,
         rerun=decided.rerun and not refusals,

@@ -7,12 +7,13 @@ The order, and why:
 2. `ROTATION_STATE`: each changed rotation-state Secret, always before the Deployment changes. The state is what
    a configuration is rendered from, so after a restart a promotion is neither repeated nor lost, and a
    retirement is never rolled out without being recorded.
-3. `GATEWAY`: the bus credentials Secret (managed bus) and the configuration Secret (immutable, named by its
-   content hash), so both exist before any pod template names them, then the ServiceAccount and the
-   Deployment (server-side apply).
-4. `COLLECT`: configuration Secrets that neither the applied template, the template as read, nor any
-   ReplicaSet mounts, and bus credentials no longer used. After the Deployment, so a Secret is never deleted
-   before the template stops naming it. The Service last of all (`gateway_objects._service_last`): the API
+3. `GATEWAY`: the bus credentials Secret (managed bus) and the configuration Secret (written in place, after
+   the rotation state it was rendered from), so both exist before any pod template names them, then the
+   ServiceAccount, the Role and RoleBinding that let the pods read their configuration, and the Deployment
+   (server-side apply).
+4. `COLLECT`: an older operator's configuration Secrets that neither the applied template, the template as read,
+   nor any ReplicaSet mounts, and bus credentials no longer used. After the Deployment, so a Secret is never
+   deleted before the template stops naming it. The Service last of all (`gateway_objects._service_last`): the API
    server may refuse it for reasons outside the namespace (a node port another holds), and nothing must wait
    behind it.
 5. `STATUS`: status merge-patches of ResourceWatches and WebhookTokens, once what they report has been written.
@@ -49,6 +50,8 @@ KINDS = {
     "webhooktokens": "WebhookToken",
     "poddisruptionbudgets": "PodDisruptionBudget",
     "networkpolicies": "NetworkPolicy",
+    "roles": "Role",
+    "rolebindings": "RoleBinding",
     "mcpgateways": "McpGateway",
 }
 

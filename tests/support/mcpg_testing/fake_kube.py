@@ -6,6 +6,10 @@ is never recorded, so a test can assert exactly what the operator wrote. Server-
 "the operator's field manager owns every field it sends": enough for one operator. A list answers as the API
 server does: a namespace's collection (`/api/v1/namespaces/shop/secrets`) or every namespace's
 (`/api/v1/secrets`), in the order of the API server's storage keys, filtered by an equality-based label selector.
+
+The gateway's pods are here too (`FakePod`): each applies the configuration Secret in place when the test (or a
+simulation) says so, or refuses it, and answers the operator's question of what it serves from this table
+(`acknowledgement`, the `acks.Fetch` the tests hand the reconcile), as a gateway's admin port would.
 """
 
 from __future__ import annotations
@@ -23,9 +27,62 @@ from typing import Any
 
 import yaml
 
+from mcpg_gateway.contract import digests
+from mcpg_gateway.contract.acknowledgement import Acknowledgement, ProblemView, Refusal, Serving
 from mcpg_operator.kube import Refused
 
 GATEWAY = "mcpg-gateway"
+CONFIG_SECRET = "mcpg-gateway-config"
+SELECTOR = {"app.kubernetes.io/name": GATEWAY}
+
+
+@dataclass
+class FakePod:
+    """A gateway pod as its kubelet and its gateway process have it: Ready or not, being deleted or not, and the
+    configuration it applied in place from the configuration Secret (or refused: it keeps the one before)."""
+
+    namespace: str
+    name: str
+    replicaset: str
+    ip: str
+    ready: bool = False
+    deleting: bool = False
+    answers: bool = True
+    """False: the acknowledgement is asked for and never comes (a pod that hangs, a port a policy blocks)."""
+    config: dict[str, Any] | None = None
+    resource_version: str | None = None
+    refused: Refusal | None = None
+    plugins: tuple[str, ...] = ()
+    since: float = 0.0
+
+    @property
+    def counted(self) -> bool:
+        """As the operator counts it: Ready (with an IP), and if being deleted, still answering."""
+        return self.ready and (not self.deleting or self.answers)
+
+    def tokens(self) -> frozenset[str]:
+        """Every webhook token the configuration it applied accepts."""
+        return config_tokens(self.config) if self.config is not None else frozenset()
+
+    def acknowledgement(self) -> Acknowledgement:
+        serving = None
+        if self.config is not None:
+            entries = list(digests.entries(self.config).values())
+            serving = Serving(
+                digest=digests.document(self.config),
+                entries=entries,
+                since=self.since,
+                source="secret",
+                resource_version=self.resource_version,
+            )
+        return Acknowledgement(instance=self.name, serving=serving, refused=self.refused, plugins=list(self.plugins))
+
+
+def config_tokens(config: dict[str, Any]) -> frozenset[str]:
+    entries = [e for kind in (config.get("mcp") or {}).get("capabilities", {}).values() for e in kind]
+    strategies = [(e.get("watch") or {}).get("strategy") or {} for e in entries]
+    webhooks = [s for s in strategies if s.get("type") == "webhook"]
+    return frozenset(t for s in webhooks for t in [s["token"], *s.get("previous_tokens", [])])
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +117,13 @@ class FakeKube:
         self._serial = itertools.count(1)
         self._refusals: dict[str, Exception] = {}
         self._refused_reads: dict[str, Exception] = {}
+        self.pods: dict[str, FakePod] = {}
+        """The gateway pods, by name (each also stored as a Pod object the operator lists)."""
+        self.refusing: dict[str, list[tuple[str, str]]] = {}
+        """Namespace -> the problems (path, message) its gateway pods refuse every new configuration with."""
+        self.plugins: tuple[str, ...] = ()
+        """The watch-strategy plugin kinds every gateway pod reports installed."""
+        self._ips = itertools.count(2)
 
     def refuse(self, path: str, error: Exception, *, reads: bool = False) -> None:
         """From now on, the API server refuses every write to `path` (an object) with `error` (a `Refused`, or
@@ -175,6 +239,14 @@ class FakeKube:
     def remove(self, path: str) -> None:
         self.objects.pop(path, None)
 
+    def edit_secret(self, namespace: str, name: str, **values: str) -> str:
+        """A user's edit of a Secret's data (`kubectl edit`): its labels and annotations stay. Its new
+        resourceVersion."""
+        secret = self.objects[f"/api/v1/namespaces/{namespace}/secrets/{name}"]
+        secret["data"] = {k: base64.b64encode(v.encode()).decode() for k, v in values.items()}
+        secret["metadata"]["resourceVersion"] = str(next(self._serial))
+        return str(secret["metadata"]["resourceVersion"])
+
     def set_secret(self, namespace: str, name: str, **values: str) -> None:
         data = {k: base64.b64encode(v.encode()).decode() for k, v in values.items()}
         self.put(
@@ -210,13 +282,25 @@ class FakeKube:
         prefix = f"/apis/apps/v1/namespaces/{namespace}/replicasets/"
         return [obj for path, obj in sorted(self.objects.items()) if path.startswith(prefix)]
 
-    def complete_rollout(self, namespace: str) -> None:
-        """The Deployment controller finished: every replica runs the current template, and is available."""
+    def complete_rollout(self, namespace: str) -> bool:
+        """Everything caught up: every replica runs the current template and is Ready (the controller finished),
+        and every gateway pod applied the configuration Secret as it is now (or refused it: `refusing`). Whether
+        anything changed."""
+        before = self._pods_as_they_are(namespace)
         deployment = self._rolling(namespace)
         replicas = deployment["spec"].get("replicas", 1)
         current = replicaset_name(deployment["spec"]["template"])
+        for pod in self.gateway_pods(namespace):
+            if pod.replicaset != current:
+                self.remove_pod(pod)
+        while len(self.gateway_pods(namespace)) < replicas:
+            self.start_pod(namespace, current)
+        for pod in self.gateway_pods(namespace):
+            pod.ready = True
+            self.apply_in_place(pod)
         for rs in self.replicasets(namespace):
             self.set_available(rs, replicas if rs["metadata"]["name"] == current else 0)
+        status = deployment.get("status")
         deployment["status"] = {
             "observedGeneration": deployment["metadata"]["generation"],
             "replicas": replicas,
@@ -224,12 +308,81 @@ class FakeKube:
             "readyReplicas": replicas,
             "availableReplicas": replicas,
         }
+        return status != deployment["status"] or before != self._pods_as_they_are(namespace)
+
+    def _pods_as_they_are(self, namespace: str) -> builtins.list[tuple[Any, ...]]:
+        return [(p.name, p.ready, p.deleting, p.resource_version, p.refused) for p in self.gateway_pods(namespace)]
+
+    # --- the gateway's pods -------------------------------------------------------------------------------
+
+    def gateway_pods(self, namespace: str) -> builtins.list[FakePod]:
+        return [p for p in self.pods.values() if p.namespace == namespace]
+
+    def start_pod(self, namespace: str, replicaset: str) -> FakePod:
+        """A new pod of `replicaset`, not Ready yet; it starts on the configuration Secret as it is now."""
+        pod = FakePod(namespace, f"{replicaset}-{next(self._serial)}", replicaset, f"10.0.0.{next(self._ips)}")
+        self.pods[pod.name] = pod
+        self.apply_in_place(pod)
+        return pod
+
+    def apply_in_place(self, pod: FakePod, now: float = 0.0) -> None:
+        """The pod reads the configuration Secret as it is now and applies it, or refuses it (`refusing`) and keeps
+        serving the one it had; a configuration it serves already is not applied again."""
+        text = self.secret_value(pod.namespace, CONFIG_SECRET, "gateway.yaml")
+        secret = self.objects.get(f"/api/v1/namespaces/{pod.namespace}/secrets/{CONFIG_SECRET}")
+        if text is not None and secret is not None:
+            config: dict[str, Any] = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+            version = str(secret["metadata"]["resourceVersion"])
+            digest = digests.document(config)
+            served = digests.document(pod.config) if pod.config is not None else None
+            problems = self.refusing.get(pod.namespace)
+            if problems and digest != served:
+                found = [ProblemView(path=path, message=message) for path, message in problems]
+                pod.refused = Refusal(digest=digest, problems=found, at=now, resource_version=version)
+            elif digest != served:
+                pod.config, pod.resource_version, pod.refused, pod.since = config, version, None, now
+        pod.plugins = self.plugins
+        self.sync_pod(pod)
+
+    def acknowledge(self, namespace: str) -> None:
+        """Every gateway pod of `namespace` applies the configuration Secret as it is now (as `apply_in_place`)."""
+        for pod in self.gateway_pods(namespace):
+            self.apply_in_place(pod)
+
+    def remove_pod(self, pod: FakePod) -> None:
+        self.pods.pop(pod.name, None)
+        self.objects.pop(f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}", None)
+
+    def sync_pod(self, pod: FakePod) -> None:
+        """Write the pod's object as the kubelet reports it (Ready, IP, being deleted)."""
+        meta: dict[str, Any] = {
+            "name": pod.name,
+            "namespace": pod.namespace,
+            "labels": {**SELECTOR, "pod-template-hash": pod.replicaset.rsplit("-", 1)[-1]},
+        }
+        if pod.deleting:
+            meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        ready = {"type": "Ready", "status": "True" if pod.ready else "False"}
+        body = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "status": {"podIP": pod.ip, "conditions": [ready]}}
+        self._store(f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}", body)
+
+    async def acknowledgement(self, ip: str) -> Acknowledgement:
+        """What the pod at `ip` answers on its admin port (the `acks.Fetch` of the tests)."""
+        pod = next((p for p in self.pods.values() if p.ip == ip), None)
+        if pod is None or not pod.answers:
+            raise ConnectionRefusedError(f"nothing answers at {ip}")
+        return pod.acknowledgement()
+
+    def served_tokens(self, namespace: str) -> builtins.list[frozenset[str]]:
+        """The webhook tokens each counted gateway pod accepts."""
+        return [p.tokens() for p in self.gateway_pods(namespace) if p.counted]
 
     def stall_rollout(self, namespace: str, deadline_exceeded: bool = False) -> None:
         """The controller started rolling the current template (its ReplicaSet exists) but a new pod is not Ready.
 
-        The pods of the ReplicaSets before it stay available. `deadline_exceeded`: the controller gave up
-        (`Progressing=False`, `ProgressDeadlineExceeded`), as it does after `progressDeadlineSeconds`.
+        The pods of the ReplicaSets before it stay available, serving what they served: none applies anything.
+        `deadline_exceeded`: the controller gave up (`Progressing=False`, `ProgressDeadlineExceeded`), as it does
+        after `progressDeadlineSeconds`.
         """
         deployment = self._rolling(namespace)
         replicas = deployment["spec"].get("replicas", 1)

@@ -1,5 +1,5 @@
 """One namespace in the in-memory API, for the reconcile's tests: objects as users write them, a pass of the
-reconcile, and what it wrote, read back the way a user would.
+reconcile (asking the fake's gateway pods what they serve), and what it wrote, read back the way a user would.
 
 The fixtures `kube` (a `FakeKube`) and `clock` (a settable `Clock`) come from tests/unit/operator/conftest.py.
 """
@@ -12,6 +12,7 @@ from mcpg_operator import observed, tokens
 from mcpg_operator.reconcile import run as reconcile
 from mcpg_operator.rotation import TokenState
 from mcpg_operator.settings import GatewayDefaults
+from mcpg_testing import fake_kube
 from mcpg_testing.fake_kube import Call, FakeKube
 
 NS = "shop"
@@ -51,26 +52,29 @@ def webhooktoken(name: str = "tok", generate: bool = False, grace: int = 0) -> d
 
 
 async def run(kube: FakeKube, clock: Clock) -> reconcile.Outcome:
-    return await reconcile.reconcile(kube, NS, DEFAULTS, clock, token=lambda: GENERATED)
+    return await reconcile.reconcile(kube, NS, DEFAULTS, clock, token=lambda: GENERATED, fetch=kube.acknowledgement)
 
 
 async def settle(kube: FakeKube, clock: Clock) -> None:
-    """Reconcile, letting every rollout complete, until a pass has nothing left to write."""
+    """Reconcile, letting every rollout complete and every pod apply each configuration, until a pass has nothing
+    left to write."""
     for _ in range(10):
         before = len(kube.writes)
         outcome = await run(kube, clock)
-        if kube.deployment(NS) is not None:
-            kube.complete_rollout(NS)
-        if len(kube.writes) == before and not outcome.rerun:
+        caught_up = kube.complete_rollout(NS) if kube.deployment(NS) is not None else False
+        if len(kube.writes) == before and not outcome.rerun and not caught_up:
             return
     raise AssertionError("the reconcile did not settle in 10 passes")
 
 
-def template_tokens(kube: FakeKube) -> set[str]:
-    """Every webhook token the configuration named by the Deployment's template accepts."""
-    config = kube.template_config(NS)
-    strategies = [r["watch"]["strategy"] for r in config["mcp"]["capabilities"]["resources"]]
-    return {t for s in strategies if s["type"] == "webhook" for t in [s["token"], *s["previous_tokens"]]}
+def config_tokens(kube: FakeKube) -> set[str]:
+    """Every webhook token the configuration Secret (what each gateway pod applies) accepts."""
+    return set(fake_kube.config_tokens(kube.template_config(NS)))
+
+
+def served_tokens(kube: FakeKube) -> list[set[str]]:
+    """The webhook tokens each counted gateway pod accepts, as it serves them."""
+    return [set(tokens) for tokens in kube.served_tokens(NS)]
 
 
 def state(kube: FakeKube, name: str = "tok") -> TokenState:
@@ -102,5 +106,5 @@ async def rotated(kube: FakeKube, clock: Clock, grace: int = 0) -> None:
     kube.set_secret(NS, "tok-secret", token="old")
     kube.put(resourcewatch())
     await settle(kube, clock)
-    assert template_tokens(kube) == {"old"}
+    assert config_tokens(kube) == {"old"}
     kube.set_secret(NS, "tok-secret", token="new")

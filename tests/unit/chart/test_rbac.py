@@ -2,9 +2,10 @@
 
 With `watchNamespaces` (the production setup), a Role and its RoleBinding in each watched namespace and no
 cluster-wide grant at all; by default, the same rules in one ClusterRole. Objects the operator writes by a fixed
-name are granted by that name, and every request a namespace's passes make (recorded by the in-memory API) is one
-the rendered rules allow, in both modes. That the API server enforces them as evaluated here is the end-to-end
-tier's to prove (it runs the operator under these roles).
+name are granted by that name, every request a namespace's passes make (recorded by the in-memory API, the
+gateway pods' listing included) is one the rendered rules allow, in both modes, and the operator holds every
+permission of the Role it gives the gateway (so the API server lets it create that Role). That the API server
+enforces them as evaluated here is the end-to-end tier's to prove (it runs the operator under these roles).
 """
 
 from __future__ import annotations
@@ -84,10 +85,31 @@ def test_the_gateways_objects_are_read_patched_and_deleted_only_by_their_name() 
         ("apps", "deployments"),
         ("policy", "poddisruptionbudgets"),
         ("networking.k8s.io", "networkpolicies"),
+        ("rbac.authorization.k8s.io", "roles"),
+        ("rbac.authorization.k8s.io", "rolebindings"),
     ):
         for rule in role["rules"]:
             if group in rule["apiGroups"] and plural in rule["resources"] and by_name & set(rule["verbs"]):
                 assert rule.get("resourceNames") == [objects.NAME], (plural, rule)
+
+
+def test_the_gateways_pods_are_only_listed_and_nothing_else_of_a_pod_is_granted() -> None:
+    [role] = operator_roles(helm())
+    pods = [rule for rule in role["rules"] if "pods" in rule["resources"]]
+    assert pods == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
+
+
+def test_the_operator_holds_everything_it_grants_the_gateway_so_the_api_server_lets_it_grant_it() -> None:
+    # Kubernetes refuses a Role granting what its creator does not hold (unless it may `escalate`, which it may not).
+    gateway = objects.role(NS, [])
+    for values in ((), ("watchNamespaces={shop,mail}",)):
+        roles = operator_roles(helm(*values))
+        role = next(r for r in roles if r["metadata"].get("namespace", NS) == NS)
+        assert not any("escalate" in rule["verbs"] or "bind" in rule["verbs"] for rule in role["rules"])
+        for rule in gateway["rules"]:
+            for verb in rule["verbs"]:
+                request = Request(verb, "", "secrets", rule["resourceNames"][0])
+                assert _allows(role["rules"], request), (values, request)
 
 
 def test_every_rule_says_why_it_is_there() -> None:
@@ -124,7 +146,8 @@ async def test_every_request_of_a_namespaces_passes_is_granted_in_both_modes() -
 async def _namespace_requests() -> set[Request]:
     """Every request the passes of a busy namespace make in it: generated and named tokens, a header Secret, the
     clients' auth, the managed bus's credentials, an McpGateway's budget and policy (then dropped), a configuration
-    replaced (the old one collected), and a Secret labelled for the watch."""
+    replaced in place, the gateway's Role and RoleBinding, its pods asked what they serve, and a Secret labelled for
+    the watch."""
     kube, clock = FakeKube(), Clock()
     kube.put(webhooktoken(generate=True))
     kube.put(webhooktoken("named"))
@@ -146,13 +169,18 @@ async def _namespace_requests() -> set[Request]:
     await _settle(kube, clock)
     kube.prune_replicasets(NS)
     await _settle(kube, clock)
-    return set(_requests(kube))
+    requests = set(_requests(kube))
+    assert Request("list", "", "pods", None) in requests  # the gateway's pods were asked what they serve
+    assert Request("patch", "rbac.authorization.k8s.io", "roles", objects.NAME) in requests
+    return requests
 
 
 async def _settle(kube: FakeKube, clock: Clock) -> None:
     defaults, bus = GatewayDefaults(replicas=2), BusSettings("managed", "mcpg-system")
     for _ in range(10):
-        await reconcile.reconcile(kube, NS, defaults, clock, token=lambda: "g" * 43, bus_settings=bus)
+        await reconcile.reconcile(
+            kube, NS, defaults, clock, token=lambda: "g" * 43, bus_settings=bus, fetch=kube.acknowledgement
+        )
         if kube.deployment(NS) is not None:
             kube.complete_rollout(NS)
 

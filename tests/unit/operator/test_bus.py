@@ -126,7 +126,7 @@ def test_an_external_bus_reads_the_credentials_from_the_users_secret() -> None:
 def test_with_one_replica_the_pods_environment_is_as_before() -> None:
     assert bus.pod_env(None) == []
     env = env_of(objects.deployment("shop", "h" * 64, ONE, OWNERS, bus.pod_env(bus.wiring(MANAGED, "shop", 1))))
-    assert set(env) == {"MCPG_LOG_FORMAT"}
+    assert set(env) == {"MCPG_LOG_FORMAT", "MCPG_CONFIG_SECRET", "POD_NAME"}
 
 
 @pytest.mark.parametrize(("defaults", "affinity"), [(ONE, "None"), (THREE, "ClientIP")])

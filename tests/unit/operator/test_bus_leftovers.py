@@ -60,7 +60,7 @@ async def left_over_server(kube: FakeKube, namespaces: tuple[str, ...] = ("shop"
     """What an operator with three gateway replicas and a managed bus left: a server holding these passwords."""
     for namespace in namespaces:
         kube.put({**resourcewatch(), "metadata": {"name": "hook", "namespace": namespace}})
-        await reconcile.reconcile(kube, namespace, THREE, Clock(), bus_settings=MANAGED)
+        await reconcile.reconcile(kube, namespace, THREE, Clock(), bus_settings=MANAGED, fetch=kube.acknowledgement)
     await bus_reconcile.reconcile(kube, MANAGED)
     assert all(path in kube.objects for path in SERVER.values())
     return [kube.secret_value(ns, bus.CREDENTIALS_SECRET, bus.PASSWORD_KEY) or "" for ns in namespaces]

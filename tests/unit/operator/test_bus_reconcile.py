@@ -50,7 +50,9 @@ async def run(
     settings: BusSettings = MANAGED,
     token: Passwords | None = None,
 ) -> reconcile.Outcome:
-    return await reconcile.reconcile(kube, namespace, defaults, Clock(), token or Passwords(), bus_settings=settings)
+    return await reconcile.reconcile(
+        kube, namespace, defaults, Clock(), token or Passwords(), bus_settings=settings, fetch=kube.acknowledgement
+    )
 
 
 def password(kube: FakeKube, namespace: str = "shop") -> str | None:

@@ -1,4 +1,5 @@
-"""The pure decision: same snapshot, same decision; the rollout counts only when it runs exactly what was rendered."""
+"""The pure decision: same snapshot, same decision; an acknowledgement counts only when it is of exactly what was
+rendered, by every counted pod."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from typing import Any
 
 import pytest
 
-from mcpg_gateway.contract import check
+from mcpg_gateway.contract import check, digests
+from mcpg_gateway.contract.acknowledgement import Acknowledgement, Serving
 from mcpg_operator import actions as w
 from mcpg_operator import objects, observed, render, rotation, tokens
+from mcpg_operator import serving as serving_module
 from mcpg_operator.reconcile import decide as decision
 from mcpg_operator.rotation import Retiring, TokenState
 from mcpg_operator.settings import GatewayDefaults
@@ -32,6 +35,7 @@ def snapshot(
     value: str | None = "new",
     deployment: observed.Deployment | None = None,
     generate: bool = False,
+    pods: tuple[observed.Pod, ...] = (),
 ) -> observed.Snapshot:
     watch = {
         "apiVersion": "mcpg.dev/v1alpha1",
@@ -53,7 +57,7 @@ def snapshot(
     if value is not None:
         secrets.append(_secret("tok-secret", {"token": value}))
     snap = observed.snapshot(NS, watches=[watch], webhook_tokens=[token], secrets=secrets)
-    return observed.Snapshot(snap.namespace, snap.watches, snap.tokens, snap.secrets, deployment)
+    return observed.Snapshot(snap.namespace, snap.watches, snap.tokens, snap.secrets, deployment, pods=pods)
 
 
 def _secret(name: str, values: dict[str, str]) -> dict[str, Any]:
@@ -61,40 +65,57 @@ def _secret(name: str, values: dict[str, str]) -> dict[str, Any]:
     return {"metadata": {"name": name}, "data": data}
 
 
-def running(config_hash: str, complete: bool = True) -> observed.Deployment:
-    return observed.Deployment(config_hash, objects.config_secret_name(config_hash), complete, observed.Applied({}))
+def serving(config: dict[str, Any], name: str = "p", **pod: Any) -> observed.Pod:
+    """A Ready pod that acknowledges serving `config`."""
+    entries = list(digests.entries(config).values())
+    served = Serving(digest=digests.document(config), entries=entries, since=1.0, source="secret")
+    return observed.Pod(
+        name,
+        pod.get("ready", True),
+        pod.get("deleting", False),
+        "10.0.0.1",
+        Acknowledgement(instance=name, serving=served),
+    )
 
 
 MID_ROTATION = TokenState(current="new", retiring=(Retiring("old", 1.0),))
-ROLLED_OUT = TokenState(current="new", current_accepted_at=NOW, retiring=(Retiring("old", 1.0, NOW),))
-"""MID_ROTATION once the rollout carrying `new` completed, at NOW: `old` is kept while the replaced pods drain."""
+ACCEPTED = TokenState(current="new", current_accepted_at=NOW, retiring=(Retiring("old", 1.0, NOW),))
+"""MID_ROTATION once every counted pod acknowledged `new`, at NOW."""
 
 
 def test_one_snapshot_always_gives_the_same_decision() -> None:
     snap = snapshot(TokenState(current="old", current_accepted_at=1.0))
     assert decision.decide(snap, DEFAULTS, NOW, never) == decision.decide(snap, DEFAULTS, NOW, never)
+    with_pods = snapshot(ACCEPTED, pods=(serving({"mcp": {"capabilities": {}}}),))
+    assert decision.decide(with_pods, DEFAULTS, NOW, never) == decision.decide(with_pods, DEFAULTS, NOW, never)
 
 
-def test_the_rollout_counts_only_when_the_deployment_runs_exactly_the_rendered_configuration() -> None:
-    rendered = decision.decide(snapshot(MID_ROTATION), DEFAULTS, NOW, never).plan.hash
-    other = decision.decide(snapshot(TokenState(current="new")), DEFAULTS, NOW, never).plan.hash
-    for deployment in (None, running(other), running(rendered, complete=False)):
-        decided = decision.decide(snapshot(MID_ROTATION, deployment=deployment), DEFAULTS, NOW, never)
-        assert decided.states["tok"] == MID_ROTATION
-    decided = decision.decide(snapshot(MID_ROTATION, deployment=running(rendered)), DEFAULTS, NOW, never)
-    assert decided.states["tok"] == ROLLED_OUT
+def test_acceptance_counts_only_when_every_counted_pod_serves_exactly_the_rendered_entries() -> None:
+    rendered = decision.decide(snapshot(MID_ROTATION), DEFAULTS, NOW, never).plan.config
+    other = decision.decide(snapshot(TokenState(current="new")), DEFAULTS, NOW, never).plan.config
+    silent = observed.Pod("q", True, False, "10.0.0.2", missing="TimeoutError")
+    for pods in [(), (serving(other),), (serving(rendered), serving(other, "q")), (serving(rendered), silent)]:
+        decided = decision.decide(snapshot(MID_ROTATION, pods=pods), DEFAULTS, NOW, never)
+        assert decided.states["tok"] == MID_ROTATION, pods
+    # Not counted: a pod not Ready yet, and one being deleted that no longer answers.
+    leaving = observed.Pod("r", True, True, "10.0.0.3", missing="ClientConnectorError")
+    pods = (serving(rendered), serving(other, "q", ready=False), leaving)
+    decided = decision.decide(snapshot(MID_ROTATION, pods=pods), DEFAULTS, NOW, never)
+    assert decided.states["tok"].current_accepted_at == NOW
 
 
-def test_a_retirement_renders_again_and_only_the_final_configuration_is_applied() -> None:
-    rendered = decision.decide(snapshot(ROLLED_OUT), DEFAULTS, NOW, never).plan
+def test_a_retirement_renders_again_and_only_the_final_configuration_is_written() -> None:
+    rendered = decision.decide(snapshot(MID_ROTATION), DEFAULTS, NOW, never).plan
     assert render.rendered_tokens(rendered.config) == {"new", "old"}
-    drained = NOW + objects.DRAIN_S  # the pods the rollout carrying `new` replaced have drained (grace 0)
-    decided = decision.decide(snapshot(ROLLED_OUT, deployment=running(rendered.hash)), DEFAULTS, drained, never)
-    assert decided.states["tok"] == TokenState(current="new", current_accepted_at=NOW)
+    pods = (serving(rendered.config),)
+    decided = decision.decide(snapshot(MID_ROTATION, pods=pods), DEFAULTS, NOW, never)  # grace 0
+    assert decided.states["tok"] == TokenState(
+        current="new", current_accepted_at=NOW, retiring=(Retiring("old", 1.0, NOW, NOW),)
+    )
     assert render.rendered_tokens(decided.plan.config) == {"new"}
-    [deployment] = [x for x in decided.writes if isinstance(x, w.ApplyObject) and x.ref.plural == "deployments"]
-    assert deployment.body["spec"]["template"]["metadata"]["annotations"][objects.HASH_ANNOTATION] == decided.plan.hash
-    assert not decided.rollout_complete  # the final configuration has not rolled out yet
+    [config] = [x for x in decided.writes if isinstance(x, w.ApplyObject) and x.ref.name == objects.CONFIG_SECRET]
+    assert config.body["metadata"]["annotations"][objects.DIGEST_ANNOTATION] == decided.plan.digest
+    assert decided.next_check_s == serving_module.ACK_POLL_S  # the pods are to acknowledge it
 
 
 def test_writes_come_stage_by_stage() -> None:
@@ -177,7 +198,8 @@ def test_a_refused_secret_value_neither_replaces_nor_revokes_the_token_in_use(va
     assert render.rendered_tokens(decided.plan.config) == {"in-use-token"}
     assert decided.plan.verdicts["hook"].served
     assert condition(statuses(decided)["webhooktokens"], "Ready")["reason"] == "InvalidSpec"
-    assert not [x for x in decided.writes if isinstance(x, w.ApplyObject) and x.ref.plural == "secrets"]
+    state = tokens.state_secret_name("tok")
+    assert not [x for x in decided.writes if isinstance(x, w.ApplyObject) and x.ref.name == state]
 
 
 def test_fixing_the_secret_promotes_its_value_as_any_rotation_would() -> None:

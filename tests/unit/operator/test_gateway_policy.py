@@ -63,13 +63,30 @@ def test_ingress_reaches_only_the_gateways_ports_from_anywhere_unless_peers_are_
     assert named["spec"]["ingress"] == [{"ports": ports, "from": [peer]}]
 
 
+def test_named_peers_still_let_the_operators_namespace_reach_the_admin_port_where_it_asks_what_pods_serve() -> None:
+    peer = {"namespaceSelector": {"matchLabels": {"team": "web"}}}
+    spec = NetworkPolicySpec(enabled=True, ingress_from=[peer])
+    body = gateway_policy.network_policy("shop", OWNERS, spec, {}, None, operator_namespace="mcpg-system")
+    operator = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "mcpg-system"}}}
+    assert body["spec"]["ingress"][1] == {"ports": [{"port": 9090, "protocol": "TCP"}], "from": [operator]}
+    anywhere = gateway_policy.network_policy("shop", OWNERS, NetworkPolicySpec(enabled=True), {}, None, "mcpg-system")
+    assert len(anywhere["spec"]["ingress"]) == 1  # from anywhere already includes the operator
+
+
 def test_egress_is_dns_and_the_port_of_every_url_the_configuration_names() -> None:
     rendered = config("https://api.example/v1", "http://upstream:8081/x", nats="nats://events.example")
     body = gateway_policy.network_policy("shop", OWNERS, NetworkPolicySpec(enabled=True), rendered, None)
-    dns, others = body["spec"]["egress"]
+    dns, api_server, others = body["spec"]["egress"]
     assert dns == {"ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]}
+    assert api_server == {"ports": [{"port": 443, "protocol": "TCP"}, {"port": 6443, "protocol": "TCP"}]}
     assert [p["port"] for p in others["ports"]] == [443, 4222, 5432, 8081]
     assert all(p["protocol"] == "TCP" for p in others["ports"])
+
+
+def test_the_api_servers_ports_are_a_setting_because_no_policy_can_name_the_api_server() -> None:
+    spec = NetworkPolicySpec.model_validate({"enabled": True, "apiServerPorts": [16443]})
+    body = gateway_policy.network_policy("shop", OWNERS, spec, {}, None)
+    assert body["spec"]["egress"][1] == {"ports": [{"port": 16443, "protocol": "TCP"}]}
 
 
 @pytest.mark.parametrize(
@@ -79,9 +96,9 @@ def test_the_bus_port_is_allowed_when_the_replicas_share_one(wiring: bus.Wiring 
     assert gateway_policy.egress_ports(config(), wiring) == sorted({5432, port})
 
 
-def test_without_any_url_only_dns_leaves_the_pod() -> None:
+def test_without_any_url_only_dns_and_the_api_server_are_reached() -> None:
     body = gateway_policy.network_policy("shop", OWNERS, NetworkPolicySpec(enabled=True), {}, None)
-    assert len(body["spec"]["egress"]) == 1
+    assert len(body["spec"]["egress"]) == 2
 
 
 @pytest.mark.parametrize(

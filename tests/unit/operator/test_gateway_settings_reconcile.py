@@ -42,7 +42,9 @@ async def settle(kube: FakeKube, clock: Clock, defaults: GatewayDefaults = DEFAU
     """Reconcile, letting every rollout complete, until a pass has nothing left to write."""
     for _ in range(10):
         before = len(kube.writes)
-        outcome = await reconcile.reconcile(kube, NS, defaults, clock, token=lambda: "t" * 43, bus_settings=BUS)
+        outcome = await reconcile.reconcile(
+            kube, NS, defaults, clock, token=lambda: "t" * 43, bus_settings=BUS, fetch=kube.acknowledgement
+        )
         if kube.deployment(NS) is not None:
             kube.complete_rollout(NS)
         if len(kube.writes) == before and not outcome.rerun:
@@ -80,7 +82,8 @@ async def test_the_settings_reach_the_deployment_service_budget_and_policy_and_a
     assert service["metadata"]["annotations"]["lb.example/scheme"] == "internal"
     assert kube.objects[PDB]["spec"]["maxUnavailable"] == 1
     egress = kube.objects[NETPOL]["spec"]["egress"]
-    assert {p["port"] for rule in egress for p in rule["ports"]} == {53, 80, 4222}  # DNS, the backend, the bus
+    # DNS, the API server (the pods read their configuration through it), the backend, the bus
+    assert {p["port"] for rule in egress for p in rule["ports"]} == {53, 443, 6443, 80, 4222}
     assert BUS_SECRET in kube.objects  # two replicas share the managed bus
     assert ready(kube)[:2] == ("True", "Applied")
     status = kube.objects[MCPGW]["status"]
@@ -123,7 +126,7 @@ async def test_a_settled_namespace_with_an_mcpgateway_writes_nothing_more(kube: 
     kube.put(SHAPED)
     await settle(kube, clock)
     before = len(kube.writes)
-    await reconcile.reconcile(kube, NS, DEFAULTS, clock, bus_settings=BUS)
+    await reconcile.reconcile(kube, NS, DEFAULTS, clock, bus_settings=BUS, fetch=kube.acknowledgement)
     assert kube.writes[before:] == []
 
 
@@ -232,7 +235,7 @@ async def test_deleting_the_mcpgateway_returns_the_deployment_and_budget_to_the_
     kube.remove(MCPGW)
     kube.refuse(SERVICE, PORT_TAKEN)
     with pytest.raises(write.ApplyFailed) as raised:  # the namespace's watches report the Service's refusal
-        await reconcile.reconcile(kube, NS, QUICKSTART, clock, bus_settings=BUS)
+        await reconcile.reconcile(kube, NS, QUICKSTART, clock, bus_settings=BUS, fetch=kube.acknowledgement)
     assert "provided port is already allocated" in raised.value.failure.message
     deployment = kube.deployment(NS)
     assert deployment is not None

@@ -1,5 +1,5 @@
-"""The operator's metrics: controller-runtime's reconcile families from the scheduler, and the rotation, rollout and
-watch figures derived from reconcile passes over an in-memory API. No label may carry a name, URI or token.
+"""The operator's metrics: controller-runtime's reconcile families from the scheduler, and the rotation, configuration
+and watch figures derived from reconcile passes over an in-memory API. No label may carry a name, URI or token.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from mcpg_operator import conditions, metrics, render
-from mcpg_operator.objects import DRAIN_S
 from mcpg_operator.reconcile.run import Outcome
 from mcpg_operator.scheduler import Scheduler
 from mcpg_testing.fake_kube import FakeKube
@@ -42,12 +41,12 @@ async def counted(kube: FakeKube, clock: Clock, recorder: metrics.Metrics) -> Ou
 
 
 async def settled(kube: FakeKube, clock: Clock, recorder: metrics.Metrics) -> None:
-    """Passes, every rollout completing between them, until one writes nothing."""
+    """Passes, every rollout completing and every pod catching up between them, until one writes nothing."""
     for _ in range(10):
         before = len(kube.writes)
         outcome = await counted(kube, clock, recorder)
-        kube.complete_rollout(NS)
-        if len(kube.writes) == before and not outcome.rerun:
+        caught_up = kube.complete_rollout(NS)
+        if len(kube.writes) == before and not outcome.rerun and not caught_up:
             return
     raise AssertionError("did not settle")
 
@@ -56,8 +55,6 @@ async def served_webhook(kube: FakeKube, clock: Clock, recorder: metrics.Metrics
     kube.put(webhooktoken())
     kube.set_secret(NS, "tok-secret", token=OLD)
     kube.put(resourcewatch())
-    await settled(kube, clock, recorder)
-    clock.now += DRAIN_S  # the token is accepted once the pods the first rollout replaced have drained
     await settled(kube, clock, recorder)
 
 
@@ -76,34 +73,46 @@ async def test_a_rotation_shows_as_promoted_retiring_then_retired(
     assert value(recorder, "mcpg_operator_tokens_retiring") == 1
     assert value(recorder, "mcpg_operator_webhooktokens", phase="Rolling") == 1
     assert value(recorder, "mcpg_operator_webhooktokens", phase="Ready") == 0
-    kube.complete_rollout(NS)
-    await counted(kube, clock, recorder)
+    kube.acknowledge(NS)
+    await counted(kube, clock, recorder)  # accepted, and (grace 0) left out of the configuration
     assert value(recorder, "mcpg_operator_token_transitions_total", transition="retired") == 0
-    assert value(recorder, "mcpg_operator_tokens_retiring") == 1  # while the replaced pods drain
-    assert value(recorder, "mcpg_operator_webhooktokens", phase="Rolling") == 1
-    clock.now += DRAIN_S
+    assert value(recorder, "mcpg_operator_tokens_retiring") == 1  # until every pod has dropped it
+    assert value(recorder, "mcpg_operator_webhooktokens", phase="Retiring") == 1
+    kube.acknowledge(NS)
     await counted(kube, clock, recorder)
     assert value(recorder, "mcpg_operator_token_transitions_total", transition="retired") == 1
     assert value(recorder, "mcpg_operator_tokens_retiring") == 0
 
 
-async def test_a_rollout_is_counted_when_started_and_timed_to_the_pass_that_sees_it_complete(
+async def test_a_configuration_is_counted_when_written_and_timed_to_the_pass_that_finds_every_pod_serving_it(
     kube: FakeKube, clock: Clock, recorder: metrics.Metrics
 ) -> None:
     kube.put(resourcewatch(token=None, watch={"poll": {"intervalMs": 60000}}))
+    await settled(kube, clock, recorder)
+    written = value(recorder, "mcpg_operator_gateway_configurations_written_total")
+    assert value(recorder, "mcpg_operator_gateway_configurations_acknowledged_total") == written
+    assert (
+        value(recorder, "mcpg_operator_gateway_pods"),
+        value(recorder, "mcpg_operator_gateway_pods_acknowledged"),
+    ) == (2, 2)
+    kube.put(resourcewatch(token=None, watch={"poll": {"intervalMs": 30000}}))
     await counted(kube, clock, recorder)
-    assert value(recorder, "mcpg_operator_gateway_rollouts_started_total") == 1
-    clock.now += 30
-    await counted(kube, clock, recorder)  # still rolling: neither a new rollout nor a completion
-    assert value(recorder, "mcpg_operator_gateway_rollouts_started_total") == 1
-    assert value(recorder, "mcpg_operator_gateway_rollouts_completed_total") == 0
-    kube.complete_rollout(NS)
-    clock.now += 12
+    assert value(recorder, "mcpg_operator_gateway_configurations_written_total") == written + 1
+    first, _ = kube.gateway_pods(NS)
+    kube.apply_in_place(first)
+    clock.now += 3
+    await counted(kube, clock, recorder)  # one pod of two: neither a new configuration nor its acknowledgement
+    assert value(recorder, "mcpg_operator_gateway_configurations_written_total") == written + 1
+    assert value(recorder, "mcpg_operator_gateway_configurations_acknowledged_total") == written
+    assert value(recorder, "mcpg_operator_gateway_pods_acknowledged") == 1
+    kube.acknowledge(NS)
+    clock.now += 1.5
     await counted(kube, clock, recorder)
-    assert value(recorder, "mcpg_operator_gateway_rollouts_completed_total") == 1
-    assert value(recorder, "mcpg_operator_gateway_rollout_duration_seconds_sum") == 42
-    assert value(recorder, "mcpg_operator_gateway_rollout_duration_seconds_bucket", le="60.0") == 1
-    assert value(recorder, "mcpg_operator_gateway_rollout_duration_seconds_bucket", le="30.0") == 0
+    assert value(recorder, "mcpg_operator_gateway_configurations_acknowledged_total") == written + 1
+    assert value(recorder, "mcpg_operator_gateway_pods_acknowledged") == 2
+    assert value(recorder, "mcpg_operator_gateway_acknowledgement_duration_seconds_sum") == 4.5
+    assert value(recorder, "mcpg_operator_gateway_acknowledgement_duration_seconds_bucket", le="5.0") == written + 1
+    assert value(recorder, "mcpg_operator_gateway_acknowledgement_duration_seconds_bucket", le="2.0") == written
 
 
 async def test_watches_are_counted_by_ready_status_and_reason(

@@ -6,6 +6,9 @@ import base64
 import json
 from typing import Any
 
+import pytest
+
+from mcpg_gateway.contract.acknowledgement import Acknowledgement, Serving
 from mcpg_operator import objects, observed, rotation, tokens
 from mcpg_operator.rotation import Retiring, TokenState
 from mcpg_operator.settings import GatewayDefaults
@@ -56,16 +59,12 @@ def test_binary_secret_values_are_left_out_and_owners_kept_by_uid() -> None:
     assert (view.data, view.labels, view.owner_uids) == ({"text": "ok"}, {"a": "b"}, frozenset({"u1"}))
 
 
-def test_the_deployment_view_names_its_configuration_and_whether_its_rollout_completed() -> None:
+def test_the_deployment_view_names_its_restart_digest_its_configuration_and_whether_its_rollout_completed() -> None:
     body = objects.deployment("ns", HASH, GatewayDefaults(replicas=2), [])
     body["metadata"]["generation"] = 4
     body["status"] = {"observedGeneration": 4, "replicas": 2, "updatedReplicas": 2, "availableReplicas": 2}
     view = observed.gateway_deployment(body)
-    assert (view.config_hash, view.config_secret, view.rollout_complete) == (
-        HASH,
-        objects.config_secret_name(HASH),
-        True,
-    )
+    assert (view.restart_digest, view.config_secret, view.rollout_complete) == (HASH, objects.CONFIG_SECRET, True)
     body["status"]["availableReplicas"] = 1
     assert not observed.gateway_deployment(body).rollout_complete
 
@@ -85,4 +84,55 @@ def test_an_applied_object_covers_the_fields_it_already_holds_and_nothing_else()
 def test_a_replicaset_view_lists_every_secret_its_pods_mount() -> None:
     template = objects.deployment("ns", HASH, GatewayDefaults(), [])["spec"]["template"]
     view = observed.replicaset({"metadata": {"name": "rs"}, "spec": {"template": template}})
-    assert view.secrets == {objects.config_secret_name(HASH)}
+    assert view.secrets == {objects.CONFIG_SECRET}
+
+
+def pod(name: str, ready: bool = True, ip: str | None = "10.0.0.1", deleting: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-02T00:00:00Z"
+    status: dict[str, Any] = {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
+    if ip:
+        status["podIP"] = ip
+    return {"metadata": meta, "status": status}
+
+
+ACK = Acknowledgement(instance="p", serving=Serving(digest="d" * 64, entries=["e" * 16], since=1.0, source="secret"))
+
+
+@pytest.mark.parametrize(
+    ("obj", "answer", "asked", "counted"),
+    [
+        pytest.param(pod("p"), ACK, True, True, id="Ready with an IP"),
+        pytest.param(pod("p"), "TimeoutError", True, True, id="Ready and silent: counted, serving nothing known"),
+        pytest.param(pod("p", ready=False), None, False, False, id="not Ready"),
+        pytest.param(pod("p", ip=None), None, False, False, id="no IP"),
+        pytest.param(pod("p", deleting=True), ACK, True, True, id="being deleted and answering"),
+        pytest.param(pod("p", deleting=True), "ClientConnectorError", True, False, id="being deleted and silent"),
+        pytest.param(pod("p", ready=False, deleting=True), None, False, False, id="being deleted, never Ready"),
+    ],
+)
+def test_a_pod_counts_once_ready_with_an_ip_and_while_being_deleted_only_as_long_as_it_answers(
+    obj: dict[str, Any], answer: Acknowledgement | str | None, asked: bool, counted: bool
+) -> None:
+    view = observed.pod(obj, answer)
+    assert (view.asked, view.counted) == (asked, counted)
+    if isinstance(answer, str):
+        assert (view.acknowledgement, view.missing, view.entries) == (None, answer, frozenset())
+    if isinstance(answer, Acknowledgement):
+        assert (view.serving_digest, view.entries) == ("d" * 64, frozenset({"e" * 16}))
+
+
+def test_the_configuration_secret_view_keeps_its_text_digest_and_when_it_was_written() -> None:
+    body = objects.config_secret("ns", {"mcp": {}}, [], "2026-01-01T00:00:10Z")
+    body["metadata"]["resourceVersion"] = "42"
+    snap = observed.snapshot("ns", watches=[], webhook_tokens=[], secrets=[body])
+    found = snap.config
+    assert found is not None
+    assert (found.digest, found.updated_at, found.secret.resource_version) == (
+        body["metadata"]["annotations"]["mcpg.dev/config-digest"],
+        1767225610.0,
+        "42",
+    )
+    assert found.text == "mcp: {}\n"
+    assert snap.secret_versions() == {"mcpg-gateway-config": "42"}

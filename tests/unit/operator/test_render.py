@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from mcpg_gateway.contract import check, config
+from mcpg_gateway.contract import check, config, digests
 from mcpg_operator import conditions as c
 from mcpg_operator import observed, render, settings
 from mcpg_operator.rotation import Retiring, TokenState
@@ -160,11 +160,29 @@ def test_what_only_the_gateway_knows_is_invalid_is_caught_before_rendering() -> 
     assert "environment variable SECRET" in verdict.message
 
 
-def test_the_hash_is_stable_and_moves_with_any_token() -> None:
+def test_the_digest_is_the_gateways_stable_and_moves_with_any_token() -> None:
     a = render.plan([hook("a", "t")], tokens(t=TokenState(current="x")), {}, DEFAULTS)
     b = render.plan([hook("a", "t")], tokens(t=TokenState(current="x")), {}, DEFAULTS)
     c2 = render.plan([hook("a", "t")], tokens(t=TokenState(current="x", retiring=(Retiring("y", 1),))), {}, DEFAULTS)
-    assert a.hash == b.hash != c2.hash
+    assert a.digest == b.digest != c2.digest
+    assert a.digest == digests.document(a.config)  # what each pod acknowledges serving
+    assert render.entry_digests(a.config) == digests.entries(a.config)
+
+
+def test_a_retired_token_is_left_out_of_the_configuration() -> None:
+    retired = TokenState(current="x", retiring=(Retiring("y", 1, 2, 3), Retiring("z", 1)))
+    plan = render.plan([hook("a", "t")], tokens(t=retired), {}, DEFAULTS)
+    assert render.rendered_tokens(plan.config) == {"x", "z"}
+
+
+def test_a_problems_path_names_the_watch_that_rendered_that_entry() -> None:
+    plan = render.plan(
+        [hook("a", "t"), hook("b", "u")], tokens(t=TokenState(current="x"), u=TokenState(current="w")), {}, DEFAULTS
+    )
+    names = [e["name"] for e in plan.config["mcp"]["capabilities"]["resources"]]
+    assert [plan.watch_at(f"mcp.capabilities.resources[{i}].watch.strategy") for i in range(2)] == names
+    assert plan.watch_at("mcp.capabilities.resources[7]") is None
+    assert plan.watch_at("gateway.auth") is None
 
 
 def test_status_shows_a_short_digest_never_the_token() -> None:

@@ -43,33 +43,48 @@ def verdict(served: bool, strategy: str = "poll") -> render.Verdict:
     return render.Verdict(False, "InvalidSpec", "spec.uri: bad", True, strategy, "drive://folder/reports")
 
 
+SERVED = statuses.WatchServing(served=True, serving=2, counted=2)
+WAITING = statuses.WatchServing(served=False, serving=1, counted=2, late="; not acknowledged 31 s after ...")
+REFUSED = statuses.WatchServing(served=False, serving=0, counted=2, refused="mcpg-gateway-x: mcp.a: no")
+
 WATCH_STATUSES = {
-    "served, rolled out, with its gateway": lambda: statuses.watch_status(
-        watch(), verdict(True), "a" * 64, rolled_out=True, now=NOW, gateway=GATEWAY
+    "served, every pod serving it, with its gateway": lambda: statuses.watch_status(
+        watch(), verdict(True), "a" * 64, SERVED, now=NOW, gateway=GATEWAY
     ),
     "served webhook with its token Secret": lambda: statuses.watch_status(
-        watch(), verdict(True, "webhook"), "a" * 64, True, NOW, gateway=GATEWAY, token_secret="reports-webhook/token"
+        watch(), verdict(True, "webhook"), "a" * 64, SERVED, NOW, gateway=GATEWAY, token_secret="reports-webhook/token"
     ),
     "served, but no client may use the gateway": lambda: statuses.watch_status(
-        watch(), verdict(True), "a" * 64, rolled_out=True, now=NOW, gateway=NO_CLIENTS
+        watch(), verdict(True), "a" * 64, SERVED, now=NOW, gateway=NO_CLIENTS
     ),
-    "rolling out": lambda: statuses.watch_status(watch(), verdict(True), "a" * 64, rolled_out=False, now=NOW),
+    "pods late with it": lambda: statuses.watch_status(watch(), verdict(True), "a" * 64, WAITING, now=NOW),
+    "refused by a pod": lambda: statuses.watch_status(watch(), verdict(True), "a" * 64, REFUSED, now=NOW),
     "rollout stalled": lambda: statuses.watch_status(
-        watch(), verdict(True), "a" * 64, False, NOW, rollout_stalled=("ProgressDeadlineExceeded", "too slow")
+        watch(), verdict(True), "a" * 64, WAITING, NOW, rollout_stalled=("ProgressDeadlineExceeded", "too slow")
     ),
-    "invalid spec": lambda: statuses.watch_status(watch(), verdict(False), "", rolled_out=False, now=NOW),
+    "invalid spec": lambda: statuses.watch_status(watch(), verdict(False), "", WAITING, now=NOW),
 }
 
 WT = observed.Token(observed.Identity("mcpg.dev/v1alpha1", "WebhookToken", "t", "uid", 4), {}, {}, TokenState())
 SPEC = models.WebhookTokenSpec.model_validate({"secretRef": {"name": "s"}, "gracePeriodSeconds": 30})
-ACCEPTED = statuses.TokenView(accepted=True, carried=True)
+READ = tokens.Source(SPEC, secret_value="t", secret_exists=True, secret_version="4711")
+ACCEPTED = statuses.TokenView(accepted=True, carried=True, acknowledged=2, counted=2)
 RETIRING = TokenState(current="new", current_accepted_at=900.0, retiring=(Retiring("old", 800.0, 900.0),))
+REMOVING = TokenState(current="new", current_accepted_at=900.0, retiring=(Retiring("old", 800.0, 900.0, 950.0),))
 
 TOKEN_STATUSES = {
     "ready": lambda: statuses.token_status(
-        WT, tokens.Source(SPEC), TokenState(current="t", current_accepted_at=900.0), ACCEPTED, NOW, gateway=GATEWAY
+        WT, READ, TokenState(current="t", current_accepted_at=900.0), ACCEPTED, NOW, gateway=GATEWAY
     ),
-    "retiring": lambda: statuses.token_status(WT, tokens.Source(SPEC), RETIRING, ACCEPTED, NOW, gateway=GATEWAY),
+    "retiring": lambda: statuses.token_status(WT, READ, RETIRING, ACCEPTED, NOW, gateway=GATEWAY),
+    "removing": lambda: statuses.token_status(WT, READ, REMOVING, ACCEPTED, NOW, gateway=GATEWAY),
+    "refused by a pod": lambda: statuses.token_status(
+        WT,
+        READ,
+        TokenState(current="new", retiring=(Retiring("old", 800.0),)),
+        statuses.TokenView(accepted=False, carried=True, counted=2, refused="a pod refused the configuration"),
+        NOW,
+    ),
     "rolling": lambda: statuses.token_status(
         WT,
         tokens.Source(SPEC),
@@ -117,12 +132,19 @@ def test_the_statuses_cover_the_new_fields() -> None:
     retiring = TOKEN_STATUSES["retiring"]()
     assert retiring["retiring"][0]["retireAfter"]
     assert retiring["webhookPath"] == "/webhooks/resource-updated/{token}"
+    assert retiring["accepted"] == {
+        "digest": render.token_digest("new"),
+        "secretResourceVersion": "4711",
+        "at": "1970-01-01T00:15:00Z",
+    }
+    assert TOKEN_STATUSES["removing"]()["retiring"][0]["removing"] is True
+    assert TOKEN_STATUSES["refused by a pod"]()["accepted"] is None
 
 
 @pytest.mark.parametrize(
     ("model", "build"),
     [
-        (models.ResourceWatchStatus, WATCH_STATUSES["served, rolled out, with its gateway"]),
+        (models.ResourceWatchStatus, WATCH_STATUSES["served, every pod serving it, with its gateway"]),
         (models.WebhookTokenStatus, TOKEN_STATUSES["ready"]),
     ],
 )

@@ -29,6 +29,7 @@ def watch(generation: int, status: dict[str, Any] | None = None) -> observed.Wat
 
 ROLLING = statuses.TokenView(accepted=False, carried=True)
 ACCEPTED = statuses.TokenView(accepted=True, carried=True)
+SERVED = statuses.WatchServing(served=True, serving=2, counted=2)
 
 
 def conditions(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
@@ -49,7 +50,7 @@ def test_a_retiring_token_shows_when_it_will_be_dropped_and_only_digests() -> No
     state = TokenState(current="new", current_accepted_at=100.0, retiring=(Retiring("old", 10.0, 100.0),))
     status = statuses.token_status(WT, source(), state, ACCEPTED, NOW)
     assert status["phase"] == "Retiring"
-    assert status["retiring"][0]["retireAfter"] == "1970-01-01T00:02:10Z"  # rolled out at 100 s + 30 s grace
+    assert status["retiring"][0]["retireAfter"] == "1970-01-01T00:02:10Z"  # accepted at 100 s + 30 s grace
     assert conditions(status)["Ready"] == ("True", "RetiringOldTokens")
     assert "new" not in str(status).replace(render.token_digest("new"), "")
     assert status["observedGeneration"] == 4
@@ -66,29 +67,41 @@ def test_a_missing_secret_says_how_to_fix_it() -> None:
     assert "Stalled" not in conditions(status)
 
 
-def test_a_watch_is_ready_only_once_the_rollout_carrying_it_has_completed() -> None:
+def test_a_watch_is_ready_only_once_every_counted_pod_serves_its_entry_and_says_how_many_do_until_then() -> None:
     rw = watch(2)
     verdict = render.Verdict(True, "Served", "served", False, "poll", "x://w")
-    rolling = statuses.watch_status(rw, verdict, "a" * 64, rolled_out=False, now=NOW)
-    done = statuses.watch_status(rw, verdict, "a" * 64, rolled_out=True, now=NOW)
+    waiting = statuses.WatchServing(served=False, serving=2, counted=3)
+    rolling = statuses.watch_status(rw, verdict, "a" * 64, waiting, now=NOW)
+    done = statuses.watch_status(rw, verdict, "a" * 64, SERVED, now=NOW)
     assert conditions(rolling)["Ready"] == ("False", "RollingOut")
     assert conditions(rolling)["Reconciling"][0] == "True"
+    [ready] = [c for c in rolling["conditions"] if c["type"] == "Ready"]
+    assert ready["message"] == "2 of 3 gateway pods serve this watch's configuration"
     assert conditions(done)["Ready"] == ("True", "Served")
     assert done["configHash"] == "a" * 16
+
+
+def test_a_watch_whose_entry_a_pod_refused_is_stalled_naming_the_pod_and_the_problem() -> None:
+    verdict = render.Verdict(True, "Served", "served", False, "poll", "x://w")
+    refused = statuses.WatchServing(served=True, serving=2, counted=2, refused="pod-a: mcp.x: no")
+    status = statuses.watch_status(watch(1), verdict, "a" * 64, refused, now=NOW)
+    assert conditions(status)["Ready"] == ("False", "ConfigRefused")
+    assert conditions(status)["Stalled"] == ("True", "ConfigRefused")
+    assert conditions(status)["Reconciling"][0] == "False"
 
 
 def test_an_invalid_watch_is_stalled_and_keeps_no_stale_fields() -> None:
     rw = watch(1, {"configHash": "old"})
     verdict = render.Verdict(False, "InvalidSpec", "spec.uri: bad", True)
-    status = statuses.watch_status(rw, verdict, "a" * 64, rolled_out=True, now=NOW)
+    status = statuses.watch_status(rw, verdict, "a" * 64, SERVED, now=NOW)
     assert conditions(status)["Stalled"] == ("True", "InvalidSpec")
     assert status["configHash"] is None
 
 
 def test_a_condition_keeps_its_transition_time_until_its_status_changes() -> None:
     verdict = render.Verdict(True, "Served", "served", False, "poll", "x://w")
-    first = statuses.watch_status(watch(1), verdict, "a" * 64, rolled_out=True, now=NOW)
-    again = statuses.watch_status(watch(1, first), verdict, "a" * 64, rolled_out=True, now=NOW + 60)
+    first = statuses.watch_status(watch(1), verdict, "a" * 64, SERVED, now=NOW)
+    again = statuses.watch_status(watch(1, first), verdict, "a" * 64, SERVED, now=NOW + 60)
     assert conditions(again) == conditions(first)
     assert [c["lastTransitionTime"] for c in again["conditions"]] == [
         c["lastTransitionTime"] for c in first["conditions"]

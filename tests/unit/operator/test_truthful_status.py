@@ -1,21 +1,21 @@
 """What the operator reports is what the gateway's pods do, and one object at fault never silences the others.
 
 Each test drives the reconcile against the in-memory API (`FakeKube`, which refuses what the API server refuses:
-a Secret over 1 MiB, and any write a test marks as refused) while the Deployment controller's part is played
-through the fake's rollout helpers.
+a Secret over 1 MiB, and any write a test marks as refused) while the Deployment controller's part and the
+gateway pods' (applying each configuration in place, or not yet) are played through the fake's helpers.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
 
 from mcpg_operator import conditions as c
-from mcpg_operator import events, observed, tokens
+from mcpg_operator import events, observed, render, tokens
 from mcpg_operator import kube as api
-from mcpg_operator.objects import DRAIN_S
 from mcpg_operator.reconcile import run as reconcile
 from mcpg_operator.rotation import MAX_RETIRING, TokenState
 from mcpg_operator.scheduler import Scheduler
@@ -25,6 +25,7 @@ from mcpg_testing.namespace import (
     NS,
     Clock,
     condition,
+    config_tokens,
     event_reasons,
     ready,
     resourcewatch,
@@ -32,7 +33,6 @@ from mcpg_testing.namespace import (
     run,
     settle,
     state,
-    template_tokens,
     webhooktoken,
 )
 
@@ -93,7 +93,7 @@ async def test_a_generated_secret_the_api_server_refuses_stalls_that_token_alone
     assert events_about(kube, "tok") == []  # reported once, not on every pass
 
 
-# --- 4. TokenAccepted means every available pod runs a configuration holding the current token ------------------
+# --- 4. TokenAccepted means every counted pod acknowledged a configuration holding the current token -------------
 
 
 async def test_a_token_whose_watch_waits_on_a_missing_secret_is_not_accepted(kube: FakeKube, clock: Clock) -> None:
@@ -109,17 +109,15 @@ async def test_a_token_whose_watch_waits_on_a_missing_secret_is_not_accepted(kub
     assert "ResourceWatch hook: SecretNotFound" in str(message)
 
 
-async def test_a_token_is_accepted_only_once_the_pods_running_it_are_available(kube: FakeKube, clock: Clock) -> None:
+async def test_a_token_is_accepted_only_once_a_pod_serving_it_is_ready(kube: FakeKube, clock: Clock) -> None:
     kube.put(webhooktoken())
     kube.set_secret(NS, "tok-secret", token="t")
     kube.put(resourcewatch())
     await run(kube, clock)
-    kube.stall_rollout(NS)  # the pod carrying it is not available yet
+    kube.stall_rollout(NS)  # no pod is Ready yet: none counts, so nothing is accepted
     await run(kube, clock)
     assert condition(kube, "webhooktokens", "tok", "TokenAccepted") == ("False", "Rotating")
     kube.complete_rollout(NS)
-    await run(kube, clock)
-    clock.now += DRAIN_S  # and the pods it replaced have drained
     await run(kube, clock)
     assert condition(kube, "webhooktokens", "tok", "TokenAccepted") == ("True", "RolledOut")
 
@@ -134,37 +132,64 @@ def accepted_condition(kube: FakeKube) -> tuple[str, str, str]:
     return found["status"], found["reason"], found["message"]
 
 
-async def test_a_rotated_token_is_accepted_only_once_the_pods_the_rollout_replaced_have_drained(
+def secret_version(kube: FakeKube) -> str:
+    return str(kube.objects[f"/api/v1/namespaces/{NS}/secrets/tok-secret"]["metadata"]["resourceVersion"])
+
+
+async def test_a_rotated_token_is_accepted_once_every_counted_pod_acknowledged_it_and_the_status_says_which(
     kube: FakeKube, clock: Clock
 ) -> None:
-    # A replaced pod stops counting as available when it starts terminating, yet answers until its preStop pause
-    # ends: a sender told to switch now could still meet one that refuses `new`.
     kube.set_secret(NS, "mcpg-gateway-auth", **{"auth.yaml": "anonymous: {enabled: true}\n"})  # no recheck sooner
     await rotated(kube, clock, grace=60)
     await run(kube, clock)
-    kube.complete_rollout(NS)
-    outcome = await run(kube, clock)
-    completed = clock.now
-    draining = (
-        "every available gateway pod accepts the current token; the pods it replaced still answer until their "
-        f"{DRAIN_S} s drain ends"
+    new, version = render.token_digest("new"), secret_version(kube)
+    first, second = kube.gateway_pods(NS)
+    kube.apply_in_place(first)
+    await run(kube, clock)
+    waiting = (
+        f"token {new} (Secret tok-secret at resourceVersion {version}) is not accepted yet: 1 of 2 gateway pods "
+        "acknowledged a configuration carrying it"
     )
-    rotating = ("False", "Rotating", draining)
-    assert accepted_condition(kube) == rotating
+    assert accepted_condition(kube) == ("False", "Rotating", waiting)
     assert ready(kube, "webhooktokens", "tok") == ("False", "Rotating")
     assert token_status(kube)["phase"] == "Rolling"
     assert "currentAcceptedAt" not in token_status(kube)  # neither `old`'s time nor one not reached yet
-    assert outcome.next_check_s == DRAIN_S
-    clock.now += DRAIN_S - 0.5
-    assert (await run(kube, clock)).next_check_s == 0.5
-    assert accepted_condition(kube) == rotating
-    clock.now += 0.5
+    assert "accepted" not in token_status(kube)
+    assert token_status(kube)["secretResourceVersion"] == version
+    kube.apply_in_place(second)
     outcome = await run(kube, clock)
-    assert accepted_condition(kube) == ("True", "RolledOut", "every available gateway pod accepts the current token")
+    accepted = (
+        f"token {new} (Secret tok-secret at resourceVersion {version}) is accepted: all 2 counted gateway pod(s) "
+        "acknowledged a configuration carrying it"
+    )
+    assert accepted_condition(kube) == ("True", "RolledOut", accepted)
     assert ready(kube, "webhooktokens", "tok") == ("True", "RetiringOldTokens")
     assert token_status(kube)["phase"] == "Retiring"  # `old` still has its grace period
-    assert token_status(kube)["currentAcceptedAt"] == c.now_iso(completed)  # when the rollout completed
+    at = c.now_iso(clock.now)
+    assert token_status(kube)["currentAcceptedAt"] == at
+    assert token_status(kube)["accepted"] == {"digest": new, "secretResourceVersion": version, "at": at}
     assert outcome.next_check_s == 60
+
+
+async def test_token_accepted_turns_false_naming_the_new_token_and_version_in_the_pass_that_reads_the_edit(
+    kube: FakeKube, clock: Clock
+) -> None:
+    kube.put(webhooktoken())
+    kube.set_secret(NS, "tok-secret", token="old")
+    kube.put(resourcewatch())
+    await settle(kube, clock)
+    assert token_status(kube)["accepted"]["digest"] == render.token_digest("old")
+    version = kube.edit_secret(NS, "tok-secret", token="new")
+    await run(kube, clock)  # the first pass that reads the edit: no pod has the new token yet
+    status, digest = token_status(kube), render.token_digest("new")
+    assert "accepted" not in status
+    assert (status["currentDigest"], status["secretResourceVersion"]) == (digest, version)
+    found, reason, message = accepted_condition(kube)
+    assert (found, reason) == ("False", "Rotating")
+    assert f"token {digest} (Secret tok-secret at resourceVersion {version}) is not accepted yet" in message
+    assert render.token_digest("old") not in json.dumps(status["conditions"])  # no condition about `old` accepted
+    await settle(kube, clock)
+    assert token_status(kube)["accepted"]["secretResourceVersion"] == version  # what `kubectl wait` waits for
 
 
 # --- 5. deleting the token Secret (or its key) revokes the token -------------------------------------------------
@@ -203,48 +228,42 @@ async def test_a_stuck_rollout_is_reported_stalled_keeps_every_token_and_recover
     status = kube.objects[f"/apis/mcpg.dev/v1alpha1/namespaces/{NS}/webhooktokens/tok"]["status"]
     assert status["phase"] == "Rolling"
     assert "has timed out progressing" in str(status["conditions"])
-    assert template_tokens(kube) == {"new", "old"}
+    assert config_tokens(kube) == {"new", "old"}
     assert "ProgressDeadlineExceeded" in event_reasons(kube.writes)
-    kube.complete_rollout(NS)  # someone fixed the cause; the controller finished
-    await settle(kube, clock)
-    clock.now += DRAIN_S  # the pods it replaced drain: `new` is accepted and `old` retired
+    kube.complete_rollout(NS)  # someone fixed the cause; the controller finished, and the pods caught up
     await settle(kube, clock)
     assert ready(kube, "resourcewatches", "hook") == ("True", "Served")
     assert ready(kube, "webhooktokens", "tok") == ("True", "RolledOut")
-    assert template_tokens(kube) == {"new"}
+    assert config_tokens(kube) == {"new"}
 
 
 # --- 7. lost rotation state, the cap, idempotent Events -----------------------------------------------------------
 
 
-async def test_a_lost_rotation_state_keeps_every_token_a_running_pod_accepts(kube: FakeKube, clock: Clock) -> None:
+async def test_a_lost_rotation_state_keeps_every_token_the_configuration_carries(kube: FakeKube, clock: Clock) -> None:
     await rotated(kube, clock)
-    await run(kube, clock)  # promoted: the configuration carries new and old; pods still run old
-    kube.stall_rollout(NS)
+    await run(kube, clock)  # promoted: the configuration carries new and old; pods still serve old
     kube.remove(f"/api/v1/namespaces/{NS}/secrets/{tokens.state_secret_name('tok')}")
     kube.writes.clear()
     await run(kube, clock)
     assert state(kube).tokens() == ["new", "old"]
-    assert template_tokens(kube) == {"new", "old"}
+    assert config_tokens(kube) == {"new", "old"}
     assert "RotationStateLost" in [r for r, _ in events_about(kube, "tok")]
-    kube.complete_rollout(NS)
+    await run(kube, clock)
+    assert config_tokens(kube) == {"new", "old"}  # no pod has acknowledged `new` yet
     await settle(kube, clock)
-    assert template_tokens(kube) == {"new", "old"}  # the pods that rollout replaced still drain
-    clock.now += DRAIN_S
-    await settle(kube, clock)
-    assert template_tokens(kube) == {"new"}  # retired as usual once the rollout carrying `new` completed
+    assert config_tokens(kube) == {"new"}  # retired as usual once every pod acknowledged `new`
 
 
-async def test_beyond_the_cap_the_token_the_running_pods_accept_is_never_evicted(kube: FakeKube, clock: Clock) -> None:
+async def test_beyond_the_cap_the_token_the_pods_accept_is_never_evicted(kube: FakeKube, clock: Clock) -> None:
     await rotated(kube, clock)  # pods accept `old`; the Secret now holds `new`
     for i in range(MAX_RETIRING + 3):
-        await run(kube, clock)
-        kube.stall_rollout(NS)  # the new pods never become available
+        await run(kube, clock)  # no pod ever applies a configuration after that
         kube.set_secret(NS, "tok-secret", token=f"edit{i}")
     await run(kube, clock)
     kept = state(kube).tokens()
     assert "old" in kept
-    assert "old" in template_tokens(kube)
+    assert "old" in config_tokens(kube)
     assert len(kept) == MAX_RETIRING + 1
     assert "TooManyRetiringTokens" in event_reasons(kube.writes)
 
@@ -286,7 +305,7 @@ async def test_a_namespace_being_deleted_ends_the_reconcile_quietly(
 
     async def once(namespace: str) -> reconcile.Outcome:
         try:
-            out = await reconcile.reconcile(kube, namespace, GatewayDefaults(), clock)
+            out = await reconcile.reconcile(kube, namespace, GatewayDefaults(), clock, fetch=kube.acknowledgement)
         except Exception as e:
             runs.append(e)
             raise

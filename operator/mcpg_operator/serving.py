@@ -1,0 +1,107 @@
+"""What the namespace's gateway pods serve, as one pass counts it. Pure.
+
+A pod counts once it is Ready with an IP, and while it is being deleted only for as long as it still answers
+(`observed.Pod.counted`). Something is served, or a token accepted, only when at least one pod counts and every
+counted pod says it serves it: a pod that did not answer serves nothing as far as a decision goes, and a pod that
+refused a configuration keeps serving the one before, so a refusal is never counted as done (Istio counted NACKs
+as applied, and users believed refused configuration was live: notes/in-place.md). A pod still without the
+current configuration `ACK_BOUND_S` after it was written is named in the statuses waiting on it, and while any pod
+is without it the pass asks to be woken soon (`next_check`): the pods' acknowledgements start no event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from mcpg_gateway.contract.acknowledgement import Refusal
+from mcpg_operator import observed
+
+ACK_POLL_S = 0.25
+"""How soon a pass waiting on a pod's acknowledgement looks again, for the first `ACK_BOUND_S`."""
+ACK_BOUND_S = 30.0
+"""How long every pod has to acknowledge a configuration before the statuses waiting on it name it."""
+LATE_POLL_S = 5.0
+"""How often a pass still waiting after `ACK_BOUND_S` looks again."""
+SHOWN_DIGEST = 12
+"""Hex digits of a configuration digest a status shows."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pods:
+    """The counted pods of one pass, against the configuration it decided (`digest`)."""
+
+    counted: tuple[observed.Pod, ...]
+    digest: str
+    """`digests.document` of the configuration this pass decided."""
+    written_at: float | None = None
+    """When the configuration Secret got `digest` (as read); None: this pass writes it."""
+
+    def serve(self, entries: Iterable[str]) -> bool:
+        """At least one pod counts, and every counted pod serves each of these entry digests."""
+        return bool(self.counted) and self.serving(entries) == len(self.counted)
+
+    def serving(self, entries: Iterable[str]) -> int:
+        """How many counted pods serve each of these entry digests (a pod that gave no acknowledgement, none)."""
+        wanted = frozenset(entries)
+        return sum(p.serving_digest is not None and wanted <= p.entries for p in self.counted)
+
+    def only(self, entries: Iterable[str]) -> bool:
+        """At least one pod counts, and every counted pod serves nothing but these entry digests."""
+        allowed = frozenset(entries)
+        return bool(self.counted) and all(p.serving_digest is not None and p.entries <= allowed for p in self.counted)
+
+    def without(self, entries: Iterable[str]) -> list[observed.Pod]:
+        """The counted pods that do not serve every one of these entry digests."""
+        wanted = frozenset(entries)
+        return [p for p in self.counted if p.serving_digest is None or not wanted <= p.entries]
+
+    def refusals(self) -> list[tuple[str, Refusal]]:
+        """(pod, its refusal) of each counted pod that refused this pass's configuration."""
+        return [(p.name, r) for p in self.counted if (r := _refused(p)) is not None and r.digest == self.digest]
+
+    def waiting(self) -> list[observed.Pod]:
+        """Counted pods that neither serve this configuration nor refused it: the ones still to acknowledge it."""
+        return [p for p in self.counted if p.serving_digest != self.digest and not _refuses(p, self.digest)]
+
+    def late(self, pods: Sequence[observed.Pod], now: float) -> str:
+        """What a status waiting on `pods` adds once they are late: each one named with what it serves."""
+        if self.written_at is None or now - self.written_at < ACK_BOUND_S:
+            return ""
+        named = [f"{p.name} {self._why(p)}" for p in pods]
+        if not named:
+            return ""
+        since = int(now - self.written_at)
+        return f"; not acknowledged {since} s after it was written by gateway pod(s): {', '.join(named)}"
+
+    def _why(self, pod: observed.Pod) -> str:
+        if _refuses(pod, self.digest):
+            return "(refused it)"
+        if pod.serving_digest is not None:
+            return f"(serves {pod.serving_digest[:SHOWN_DIGEST]})"
+        return f"(no acknowledgement: {pod.missing or 'serves no configuration yet'})"
+
+    def next_check(self, now: float) -> float | None:
+        """How soon to look again while a pod has not acknowledged this configuration; None when none is waited on."""
+        if not self.waiting():
+            return None
+        if self.written_at is None or now - self.written_at < ACK_BOUND_S:
+            return ACK_POLL_S
+        return LATE_POLL_S
+
+
+def plugin_kinds(counted: Sequence[observed.Pod], fallback: Sequence[str]) -> list[str]:
+    """The plugin kinds every counted pod that answered has installed; `fallback` (the settings) before any did."""
+    reported = [set(p.acknowledgement.plugins) for p in counted if p.acknowledgement is not None]
+    if not reported:
+        return list(fallback)
+    return sorted(set.intersection(*reported))
+
+
+def _refused(pod: observed.Pod) -> Refusal | None:
+    return pod.acknowledgement.refused if pod.acknowledgement is not None else None
+
+
+def _refuses(pod: observed.Pod, digest: str) -> bool:
+    refused = _refused(pod)
+    return refused is not None and refused.digest == digest
