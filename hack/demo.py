@@ -6,8 +6,9 @@ Deployment of two replicas from its image), a WebhookToken and two ResourceWatch
 gateway Deployment the operator rendered (3 replicas, sharing the NATS bus the operator runs) rolled out as real
 pods, an MCP client subscribed through the gateway's Service (its ClusterIP), a webhook posted to each pod in turn
 (at its pod IP) and a poll change made (the client re-reads each resource it is told about and prints the new
-content), then a token rotated by editing its Secret, its phase shown as the operator writes it (Rolling,
-Retiring, Ready) and the old and new tokens posted through the Service at each stage. It ends with the operator's
+content), then a token rotated by editing its Secret, applied in place on the same pods (no restart, the client's
+stream kept), its phase shown as the operator writes it (Rolling, Retiring, Ready) and the old and new tokens
+posted through the Service at each stage. It ends with the operator's
 Events in time order and `kubectl get resourcewatches,webhooktokens`.
 
 The operator's log (every replica's) goes to `.demo/operator.log` (`--log-dir`), kept after the demo, with the
@@ -243,7 +244,7 @@ def walk_through(plane: ControlPlane, gateway: ImageEnv, logs: Path) -> None:
         say("The status changes upstream; the poll (every 10 s, the floor) notices the new SHA-256:")
         (site / "status.json").write_text('{"status": "amber"}\n')
         told(client, "status://service", 25)
-        rotate(plane, base, tok)
+        rotate(plane, base, tok, client)
         events(plane)
         say("Where everything stands: each watch's READY and REASON (and MESSAGE), each token's phase.")
         show(plane, "-n", NS, "get", "resourcewatches,webhooktokens")
@@ -274,30 +275,59 @@ def stamped(start: float) -> Callable[[str], None]:
     return lambda line: print(f"    +{time.monotonic() - start:4.1f}s  {line}", flush=True)
 
 
-def rotate(plane: ControlPlane, base: str, old: str) -> None:
-    say("Rotating the token by editing its Secret; the WebhookToken's status as the operator writes it:")
+def rotate(plane: ControlPlane, base: str, old: str, client: Program) -> None:
+    say(
+        "Rotating the token by editing its Secret. No pod restarts: each gateway pod follows its configuration "
+        "Secret through the API and swaps the new one in place; the WebhookToken's status as the operator writes it:"
+    )
     new = base64.urlsafe_b64encode(os.urandom(32)).decode().rstrip("=")
     digest = hashlib.sha256(new.encode()).hexdigest()[:12]
     patch = json.dumps({"stringData": {"token": new}})
+    pods_before = pods(plane)
     print(f"$ kubectl -n {NS} get webhooktoken report-token --watch   # phase, digests, TokenAccepted, Ready's reason")
     with KubectlWatch(plane, "-n", NS, "webhooktoken", "report-token", template=TOKEN_COLUMNS) as watch:
         start = time.monotonic()
         printer = stamped(start)
         watch.until(lambda f: bool(f.get("phase")), WAIT_S, printer)  # the state before the edit
         print(f'$ kubectl -n {NS} patch secret report-webhook --type merge -p \'{{"stringData":{{"token":"<new>"}}}}\'')
-        printer(
-            plane.kubectl("-n", NS, "patch", "secret", "report-webhook", "--type", "merge", "-p", patch).stdout.strip()
-        )
+        version = plane.kubectl(
+            "-n",
+            NS,
+            "patch",
+            "secret",
+            "report-webhook",
+            "--type",
+            "merge",
+            "-p",
+            patch,
+            "-o",
+            "jsonpath={.metadata.resourceVersion}",
+        ).stdout.strip()
+        printer(f"secret/report-webhook patched (resourceVersion {version})")
         both_tokens(base, old, new, "right after the edit")
         # This token's acceptance, not just any: the old token's status is still there right after the edit.
         watch.until(lambda f: f.get("current") == digest and f.get("accepted") == "True", WAIT_S, printer)
         both_tokens(base, old, new, "once the WebhookToken reports the new token accepted")
         watch.until(lambda f: f.get("current") == digest and f.get("phase") == "Ready", WAIT_S, printer)
-    plane.kubectl("-n", NS, "rollout", "status", "deployment/mcpg-gateway", f"--timeout={WAIT_S:.0f}s")
-    say("Done: the new token is accepted everywhere and the old one is retired.")
-    both_tokens(base, old, new, "after the retirement rollout")
-    say("Each rollout makes the watches RollingOut until the operator sees it complete; they are Served again:")
-    served(plane)
+    print(
+        f"$ kubectl -n {NS} wait webhooktoken/report-token "
+        f"--for=jsonpath='{{.status.accepted.secretResourceVersion}}'={version}   # what automation waits for"
+    )
+    plane.kubectl(
+        "-n",
+        NS,
+        "wait",
+        "webhooktoken/report-token",
+        f"--for=jsonpath={{.status.accepted.secretResourceVersion}}={version}",
+        f"--timeout={WAIT_S:.0f}s",
+    )
+    say("Done: the new token is accepted on every pod and the old one is retired, on the same pods as before:")
+    both_tokens(base, old, new, "after retirement")
+    after = pods(plane)
+    print(f"    gateway pods before: {sorted(pods_before)}; after: {sorted(after)}", flush=True)
+    say("The client's listen stream was not interrupted: it was told of each webhook posted during the rotation:")
+    for _ in range(3):  # the posts with the old token before retirement, and with the new one from acceptance on
+        told(client, "report://daily", 10)
 
 
 def events(plane: ControlPlane) -> None:
