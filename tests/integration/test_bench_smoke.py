@@ -42,13 +42,15 @@ def test_bench_smoke_mode_yields_every_figure_and_its_reference(tmp_path: Path) 
     assert convergence["gateway"]["converged_s"] > 0
     assert convergence["reference"]["kubectl_apply_s"] > 0
     assert convergence["reference"]["rendered_rollout_s"] > 0
-    # per namespace: the configuration Secret, the ServiceAccount, the Service, the Deployment
-    assert convergence["reference"]["rendered_objects"] == 4 * convergence["namespaces"]
+    # per namespace: the configuration Secret, ServiceAccount, Role, RoleBinding, Service and Deployment
+    assert convergence["reference"]["rendered_objects"] == 6 * convergence["namespaces"]
     assert convergence["ratio_rendered"] > 0
     assert results["rotation"]["gateway"]["retired_max_s"] > 0
+    assert results["rotation"]["gateway"]["edit_served_max_s"] > 0
+    assert results["rotation"]["streams"]["opened"] > 0
     assert results["rotation"]["reference"]["rollout_median_s"] > 0
     assert results["rotation"]["reference"]["pause_rollout_median_s"] > 0
     text = docs.read_text()
     assert "vs kubectl apply of the ResourceWatches" in text
     assert "vs applying the rendered objects and waiting for the same rollouts" in text
-    assert "| 6. rotation" in text
+    assert "| 6. rotation and a watch edit in place" in text
