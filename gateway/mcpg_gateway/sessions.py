@@ -19,7 +19,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcpg_gateway import errors, mcp_requests
 from mcpg_gateway.metrics import Metrics
@@ -45,12 +45,29 @@ class SessionLimit:
             await self._refuse(principal_id, held, limit, send)
             return
         self._opening[principal_id] += 1
+        opening = True
+
+        def opened() -> None:
+            nonlocal opening
+            if opening:
+                opening = False
+                self._opening[principal_id] -= 1
+                if self._opening[principal_id] <= 0:
+                    del self._opening[principal_id]
+
+        async def answering(message: Message) -> None:
+            # The SDK records a session it opens before it answers: from the answer on, the session is in its
+            # record or was never made, and counting the request too would count it twice (the SDK's app returns
+            # a while after the client has its answer, so a client opening sessions back to back was refused one
+            # short of its share).
+            if message["type"] == "http.response.start":
+                opened()
+            await send(message)
+
         try:
-            await self._app(scope, receive, send)
+            await self._app(scope, receive, answering)
         finally:
-            self._opening[principal_id] -= 1
-            if self._opening[principal_id] <= 0:
-                del self._opening[principal_id]
+            opened()
 
     def held(self, principal_id: str) -> int:
         """Sessions `principal_id` holds, counting the ones being opened now."""

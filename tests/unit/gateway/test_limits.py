@@ -302,6 +302,17 @@ async def test_one_principal_cannot_take_every_session_and_others_are_still_serv
         assert (await bob.next()).uri == hook(0)
 
 
+async def test_a_principal_opening_sessions_one_after_another_gets_exactly_its_share(
+    gateway_factory: GatewayFactory, upstream: Upstream
+) -> None:
+    # Each opening request was counted until the SDK's app returned, a while after the client had its answer:
+    # the next one, sent at once, was refused one short of the share.
+    gw = await gateway_factory(config(upstream, sessions_per_principal=8, sessions_total=16))
+    async with httpx2.AsyncClient(timeout=BOUND_S) as http:
+        statuses = [(await open_session(http, gw.mcp_url, ALICE)).status_code for _ in range(9)]
+    assert statuses == [200] * 8 + [429]
+
+
 async def raw_post(port: int, headers: list[tuple[str, str]], body: bytes) -> int:
     """One POST /mcp over a plain socket, exactly these header lines (no client library tidies them); its status."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
