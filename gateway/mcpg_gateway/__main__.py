@@ -26,6 +26,7 @@ from mcpg_gateway.contract import check, config, loading
 from mcpg_gateway.contract.errors import ConfigError, Problem
 from mcpg_gateway.gateway import Gateway, Options
 from mcpg_gateway.identity import Principal
+from mcpg_gateway.strategies import plugin
 
 logger = logging.getLogger("mcpg_gateway")
 
@@ -72,12 +73,16 @@ def main(argv: list[str] | None = None) -> int:
         admin_token = os.environ.get("MCPG_ADMIN_TOKEN") or None
         if admin_token is not None and (why := admin_app.admin_token_problem(admin_token)) is not None:
             raise ConfigError([Problem("MCPG_ADMIN_TOKEN", why)])  # before any port is bound; --check too
-        gw_options = Options(admin_token=admin_token, config_file=args.config, config_secret=args.config_secret)
+        # Loaded once, here: the check a start makes is the whole one, against the plugins this process has.
+        plugins = plugin.PluginRegistry.load()
+        gw_options = Options(
+            admin_token=admin_token, config_file=args.config, config_secret=args.config_secret, plugins=plugins
+        )
         if args.config_secret is not None and not args.check:
             config_secret.ApiAccess.in_cluster(os.environ)  # here, not once the ports are bound: one line, exit 2
         if args.check:
             return _check(args, gw_options)
-        start = _starting(args)
+        start = _starting(args, plugins)
         for warning in check.warnings(start.cfg):
             logger.warning("configuration: %s", warning)
         if args.stdio:
@@ -125,12 +130,16 @@ class Start:
     refused: ConfigError | None = None
 
 
-def _starting(args: argparse.Namespace) -> Start:
+def _starting(args: argparse.Namespace, plugins: plugin.PluginRegistry) -> Start:
     """The file's configuration; `ConfigError` if it is refused, unless the process follows its Secret: then it
-    starts on an empty one (serving nothing, unready) and waits for the Secret to hold one it accepts."""
+    starts on an empty one (serving nothing, unready) and waits for the Secret to hold one it accepts.
+
+    Checked whole, against `plugins`, as every configuration offered later is (`Gateway.verify`): a problem only
+    the whole check finds (a plugin kind this image lacks) would otherwise stop the process once it is built."""
     try:
         raw = loading.read_file(args.config)
-        return Start(check.load(raw), raw if isinstance(raw, Mapping) else None)
+        cfg = check.load(raw, plugin_kinds=plugins.kinds, unusable_plugins=plugins.broken)
+        return Start(cfg, raw if isinstance(raw, Mapping) else None)
     except ConfigError as e:
         if args.config_secret is None or args.stdio:
             raise

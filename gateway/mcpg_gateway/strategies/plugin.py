@@ -22,7 +22,8 @@ connects, credential-free), `round_trip()` after each exchange that worked, `los
 Raise `mcpg_gateway.errors.StrategyError` from the constructor or `start` to refuse a subscription with a
 message the client sees; any other exception refuses it with the exception's type name only. Entry points
 are loaded once when the gateway starts (never at import), and a watch naming a kind no installed plugin
-provides stops the gateway at start-up with the installed kinds listed.
+provides is a refused configuration, with the installed kinds listed: at start-up from a file it stops the
+gateway; from its configuration Secret, or offered later, the process keeps serving what it served before.
 """
 
 from __future__ import annotations

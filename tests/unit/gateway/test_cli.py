@@ -17,9 +17,12 @@ import yaml
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from mcpg_gateway import __main__
+from mcpg_gateway.gateway import Options
+from mcpg_gateway.strategies import plugin
 from mcpg_testing import BOUND_S
 from mcpg_testing.clients import subscribed
-from mcpg_testing.configs import ANONYMOUS_AUTH, gateway_config, resource
+from mcpg_testing.configs import ANONYMOUS_AUTH, gateway_config, resource, watched
 from mcpg_testing.gateways import GatewayFactory
 from mcpg_testing.upstream import Upstream
 
@@ -133,6 +136,27 @@ def test_following_a_configuration_secret_outside_a_cluster_exits_2_in_one_line(
         "KUBERNETES_SERVICE_PORT, /var/run/secrets/kubernetes.io/serviceaccount/token, "
         "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt, /var/run/secrets/kubernetes.io/serviceaccount/namespace"
     ]
+
+
+def test_a_plugin_kind_this_image_lacks_in_the_secret_it_follows_leaves_it_running_unready_saying_why(
+    tmp_path: Path,
+) -> None:
+    """In a cluster a refused start serves nothing and waits for a configuration it accepts: a problem only the
+    whole check finds (a plugin kind no installed plugin provides) must not stop the process once it is built."""
+    config = tmp_path / "gw.yaml"
+    document = gateway_config(watched("ghostly", "x://ghostly", {"type": "plugin", "kind": "ghost"}))
+    config.write_text(yaml.safe_dump(document))
+    args = __main__.parse_args(["--config", str(config), "--config-secret", "mcpg-gateway-config"])
+    plugins = plugin.PluginRegistry({}, [])
+    start = __main__._starting(args, plugins)
+    gw = __main__._gateway(start, Options(config_file=config, config_secret=args.config_secret, plugins=plugins))
+    said = gw.served.acknowledgement()
+    assert said.serving is None
+    assert said.refused is not None
+    [problem] = said.refused.problems
+    assert problem.path == "mcp.capabilities.resources[0].watch.strategy.kind"
+    assert "ghost" in problem.message
+    assert gw.unready_reason() is not None
 
 
 def test_check_mode_validates_the_example_and_exits_0() -> None:
