@@ -17,7 +17,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+import yaml
 
+from mcpg_gateway.contract import digests
 from mcpg_operator import bus
 from mcpg_testing.clients import subscribed
 from mcpg_testing.gateways import SENTINEL_URI
@@ -43,11 +45,13 @@ from mcpg_testing.scaleout import (
     post,
     running_cluster,
     running_nats,
+    serving,
     subscribers_everywhere,
     tenant,
     tenant_gateways,
     until_ready,
     until_stored,
+    write_configs,
 )
 from mcpg_testing.servers import start_nats_with_config
 
@@ -132,6 +136,28 @@ async def test_a_survivor_takes_over_a_dead_owners_polls_missing_no_change_and_i
             assert set(upstream.readers(path, takeover)) == set(await owners(cluster, uri)), path
         living = next(gw for name, gw in cluster.named() if name not in dead)
         await assert_only_sentinel_arrives(living, survivors)
+
+
+async def test_a_polled_backend_moved_in_place_is_told_once_to_every_subscriber_whichever_process_owns_it(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """Each process restarts its watcher on the new backend; the owner, resuming from the state the old source's
+    owner stored, tells everyone that the content is another: once, not once more by each process."""
+    upstream = cluster.upstream
+    upstream.docs |= {"/p": b'{"p": 1}', "/p-moved": b'{"p": "moved"}'}
+    async with subscribers_everywhere(cluster, [P, SENTINEL_URI]) as everyone:
+        await until_stored(cluster, P, upstream.docs["/p"])
+        moved = {}
+        for name, _ in cluster.named():
+            config = yaml.safe_load((tmp_path / f"{name}.yaml").read_text())
+            [entry] = [r for r in config["mcp"]["capabilities"]["resources"] if r["name"] == "p"]
+            entry["backend"]["url"] = f"{upstream.url}/p-moved"
+            moved[name] = config
+        write_configs(tmp_path, moved)  # each process reads its file again when it changes
+        for name, gw in cluster.named():
+            await serving(gw, digests.document(moved[name]))
+        await all_told(everyone, P, POLL_BOUND_S)
+        await assert_only_sentinel_arrives(cluster.gateways[2], everyone)
 
 
 # --- the bus goes away and comes back --------------------------------------------------------------------------

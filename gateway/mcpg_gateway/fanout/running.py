@@ -105,11 +105,15 @@ class Runner:
 
     async def run_restarted(self, watcher: Watcher, before: str | None) -> None:
         """A restarted watcher: started until its source answers (its subscribers wait, never dropped), then run
-        as any other; told once if its baseline says the content is not what the old source served (`before`)."""
+        as any other; told once if its baseline says the content is not what the old source served (`before`).
+
+        On a bus the owner tells that, for every gateway at once: it resumes from the state the old source's owner
+        stored and checks at once (`ownership.py`), so a gateway that also told its own subscribers here would tell
+        each of them twice."""
         try:
             await self._start_until_up(watcher)
             pull = watcher.pull
-            if before is not None and pull is not None and pull.snapshot() != before:
+            if self._owned is None and before is not None and pull is not None and pull.snapshot() != before:
                 await self._hooks.fire(watcher.uri, watcher.strategy_type)
             await self._supervise(watcher)
         finally:

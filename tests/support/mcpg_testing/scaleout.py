@@ -242,6 +242,17 @@ async def until_ready(gw: programs.GatewayProcess, status: int, bound: float = B
     await eventually(answers, bound, f"{gw.base}/readyz answering {status}")
 
 
+async def serving(gw: programs.GatewayProcess, digest: str, bound: float = BOUND_S) -> None:
+    """Until `gw`'s acknowledgement (its admin port, no token) says it serves the configuration of `digest`."""
+
+    async def applied() -> bool:
+        async with httpx2.AsyncClient(timeout=BOUND_S) as http:
+            said = (await http.get(f"{gw.admin}/admin/v1/configuration")).json()
+        return (said.get("serving") or {}).get("digest") == digest
+
+    await eventually(applied, bound, f"{gw.base} serving configuration {digest[:12]}")
+
+
 async def owners(cluster: Cluster, uri: str) -> list[str]:
     """The processes whose admin API says they read `uri` for all now."""
     found = []
