@@ -1,10 +1,11 @@
 """Ask each gateway pod what it serves: the read phase's only I/O outside the Kubernetes API.
 
-The gateway's pods are listed by label (`objects.SELECTOR`); each one that may be counted (`observed.Pod.asked`:
-Ready, with an IP) is asked for its acknowledgement (`contract.acknowledgement`, on its admin port, no token), all
-of them concurrently, each within `TIMEOUT_S`. A pod that does not answer, or answers something that is not an
-acknowledgement, is one whose acknowledgement is missing: the error's kind is kept, never a body (it is read only
-to parse it). The fetcher is an argument (`Fetch`), so the unit tests answer from a table of acknowledgements.
+The gateway's pods are listed by label (`objects.SELECTOR`); each one with an IP that is Ready or not being deleted
+(`observed.Pod.asked`: one that may be counted, or may say why it is not Ready) is asked for its acknowledgement
+(`contract.acknowledgement`, on its admin port, no token), all of them concurrently, each within `TIMEOUT_S`. A
+pod that does not answer, or answers something that is not an acknowledgement, is one whose acknowledgement is
+missing: the error's kind is kept, never a body (it is read only to parse it). The fetcher is an argument
+(`Fetch`), so the unit tests answer from a table of acknowledgements.
 """
 
 from __future__ import annotations

@@ -111,7 +111,9 @@ class Pod:
 
     Counted once it is Ready and has an IP. One being deleted still serves what reaches it until its preStop pause
     ends (it stays Ready until then), so it is counted while it answers; one that no longer answers is not. A pod
-    that is not Ready serves no traffic, being deleted or not.
+    that is not Ready serves no traffic, being deleted or not, so it never counts; but one that is not being
+    deleted is asked all the same: a pod that refused the configuration it started on stays unready, and its
+    acknowledgement (what it refused, the plugins it has) is the only place that says why.
     """
 
     name: str
@@ -124,12 +126,12 @@ class Pod:
 
     @property
     def asked(self) -> bool:
-        """Whether the read phase asks it what it serves: it may be counted."""
-        return self.ip is not None and self.ready
+        """Whether the read phase asks it what it serves: it may be counted, or it may say why it is not Ready."""
+        return self.ip is not None and (self.ready or not self.deleting)
 
     @property
     def counted(self) -> bool:
-        return self.asked and (not self.deleting or self.acknowledgement is not None)
+        return self.ip is not None and self.ready and (not self.deleting or self.acknowledgement is not None)
 
     @property
     def serving_digest(self) -> str | None:
@@ -241,6 +243,14 @@ class Snapshot:
 
     def counted(self) -> tuple[Pod, ...]:
         return tuple(p for p in self.pods if p.counted)
+
+    def heard(self) -> tuple[Pod, ...]:
+        """Every pod that answered with an acknowledgement, counted or not."""
+        return tuple(p for p in self.pods if p.acknowledgement is not None)
+
+    def heard_uncounted(self) -> tuple[Pod, ...]:
+        """The pods that answered but are not counted (not Ready): only what they refused is taken from them."""
+        return tuple(p for p in self.heard() if not p.counted)
 
 
 def snapshot(

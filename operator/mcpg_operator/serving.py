@@ -4,9 +4,12 @@ A pod counts once it is Ready with an IP, and while it is being deleted only for
 (`observed.Pod.counted`). Something is served, or a token accepted, only when at least one pod counts and every
 counted pod says it serves it: a pod that did not answer serves nothing as far as a decision goes, and a pod that
 refused a configuration keeps serving the one before, so a refusal is never counted as done (Istio counted NACKs
-as applied, and users believed refused configuration was live: notes/in-place.md). A pod still without the
-current configuration `ACK_BOUND_S` after it was written is named in the statuses waiting on it, and while any pod
-is without it the pass asks to be woken soon (`next_check`): the pods' acknowledgements start no event.
+as applied, and users believed refused configuration was live: notes/in-place.md). A pod that is not Ready counts
+for nothing, but what it refused is shown like a counted pod's refusal: one that refused the configuration it
+started on stays unready, and would otherwise leave every status waiting for a pod to be Ready, saying nothing. A
+pod still without the current configuration `ACK_BOUND_S` after it was written is named in the statuses waiting on
+it, and while any pod is without it the pass asks to be woken soon (`next_check`): the pods' acknowledgements
+start no event.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ class Pods:
     """`digests.document` of the configuration this pass decided."""
     written_at: float | None = None
     """When the configuration Secret got `digest` (as read); None: this pass writes it."""
+    uncounted: tuple[observed.Pod, ...] = ()
+    """Pods that answered without being counted (not Ready): their refusals are shown, nothing else is taken."""
 
     def serve(self, entries: Iterable[str]) -> bool:
         """At least one pod counts, and every counted pod serves each of these entry digests."""
@@ -57,8 +62,9 @@ class Pods:
         return [p for p in self.counted if p.serving_digest is None or not wanted <= p.entries]
 
     def refusals(self) -> list[tuple[str, Refusal]]:
-        """(pod, its refusal) of each counted pod that refused this pass's configuration."""
-        return [(p.name, r) for p in self.counted if (r := _refused(p)) is not None and r.digest == self.digest]
+        """(pod, its refusal) of each pod, counted or not, that refused this pass's configuration."""
+        pods = (*self.counted, *self.uncounted)
+        return [(p.name, r) for p in pods if (r := _refused(p)) is not None and r.digest == self.digest]
 
     def waiting(self) -> list[observed.Pod]:
         """Counted pods that neither serve this configuration nor refused it: the ones still to acknowledge it."""
@@ -82,7 +88,11 @@ class Pods:
         return f"(no acknowledgement: {pod.missing or 'serves no configuration yet'})"
 
     def next_check(self, now: float) -> float | None:
-        """How soon to look again while a pod has not acknowledged this configuration; None when none is waited on."""
+        """How soon to look again while a pod has not acknowledged this configuration; None when none is waited on.
+        While no pod counts and some answered unready, every `LATE_POLL_S`: a pod that refused the configuration
+        it started on is never Ready, so no Deployment event would bring the pass that hears it change its mind."""
+        if not self.counted and self.uncounted:
+            return LATE_POLL_S
         if not self.waiting():
             return None
         if self.written_at is None or now - self.written_at < ACK_BOUND_S:
@@ -90,9 +100,10 @@ class Pods:
         return LATE_POLL_S
 
 
-def plugin_kinds(counted: Sequence[observed.Pod], fallback: Sequence[str]) -> list[str]:
-    """The plugin kinds every counted pod that answered has installed; `fallback` (the settings) before any did."""
-    reported = [set(p.acknowledgement.plugins) for p in counted if p.acknowledgement is not None]
+def plugin_kinds(heard: Sequence[observed.Pod], fallback: Sequence[str]) -> list[str]:
+    """The plugin kinds every pod that answered (Ready or not) has installed; `fallback` (the settings) before any
+    did. A pod not Ready counts too: one that refused a watch's plugin kind at start would never be Ready."""
+    reported = [set(p.acknowledgement.plugins) for p in heard if p.acknowledgement is not None]
     if not reported:
         return list(fallback)
     return sorted(set.intersection(*reported))

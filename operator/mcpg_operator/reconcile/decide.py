@@ -5,8 +5,8 @@ tested the way rotation.py's state machine is. The steps, in order:
 
 1. What the pods serve. Each counted gateway pod said which configuration and entries it serves (its
    acknowledgement, `serving`); what they may still accept comes from the configuration Secret as read, which no
-   pod is ahead of. The plugin kinds every answering pod has installed are the ones a watch may name (the
-   settings' until one answers).
+   pod is ahead of. The plugin kinds every answering pod (Ready or not) has installed are the ones a watch may
+   name (the settings' until one answers).
 2. Tokens. A WebhookToken with `generate: true` whose Secret is missing gets one created, and that is all
    such a pass writes: it asks to be run again at once, because a value is promoted only once a pass has read
    it back, and writing a configuration without it (or warning that it is missing) would be wasted. (One
@@ -87,7 +87,7 @@ def decide(
     `shaped` overlays them with the namespace's McpGateway (`gateway_settings.shape`), which also says what
     PodDisruptionBudget and NetworkPolicy the gateway gets (None: no McpGateway was read)."""
     shaped = shaped or gateway_settings.Shape(defaults)
-    defaults = _installed(defaults, snap.counted())
+    defaults = _installed(defaults, snap.heard())
     secrets = snap.secret_data()
     sources = {t.name: tokens.source(t.spec, secrets, snap.secret_versions()) for t in snap.tokens}
     config = acceptance.read_config(snap)
@@ -101,7 +101,7 @@ def decide(
     edits = {t.name: tokens.observe(recovered[t.name], sources[t.name], now, pinned[t.name]) for t in snap.tokens}
     promoted = {name: edit.state for name, edit in edits.items()}
     states, plan = acceptance.rotate(snap, sources, promoted, defaults, now, wiring, config)
-    pods = serving.Pods(snap.counted(), plan.digest, _written_at(snap, plan))
+    pods = serving.Pods(snap.counted(), plan.digest, _written_at(snap, plan), snap.heard_uncounted())
     refused = acceptance.refusals(plan, pods)
     refused_by = {t.name: acceptance.users_refused(snap, t.name, refused) for t in snap.tokens}
     views = {
@@ -130,9 +130,9 @@ def decide(
     )
 
 
-def _installed(defaults: GatewayDefaults, counted: Sequence[observed.Pod]) -> GatewayDefaults:
-    """`defaults` with the plugin kinds every counted pod that answered has installed (`serving.plugin_kinds`)."""
-    kinds = serving.plugin_kinds(counted, defaults.plugin_kinds)
+def _installed(defaults: GatewayDefaults, heard: Sequence[observed.Pod]) -> GatewayDefaults:
+    """`defaults` with the plugin kinds every pod that answered has installed (`serving.plugin_kinds`)."""
+    kinds = serving.plugin_kinds(heard, defaults.plugin_kinds)
     return defaults if kinds == defaults.plugin_kinds else defaults.model_copy(update={"plugin_kinds": kinds})
 
 
@@ -155,7 +155,7 @@ def _only_create(
     plan = render.plan(snap.watches, states, snap.secret_data(), defaults, wiring)
     rolled_out = _rolled_out(snap.deployment, plan)
     has_bus = gateway_objects.bus_account(snap, generated)  # as read: the next pass creates it if it is missing
-    pods = serving.Pods(snap.counted(), plan.digest, _written_at(snap, plan))
+    pods = serving.Pods(snap.counted(), plan.digest, _written_at(snap, plan), snap.heard_uncounted())
     todo = w.in_order(generated)
     return Decision(states, plan, {}, (), todo, rolled_out, None, rerun=True, bus_account=has_bus, pods=pods)
 

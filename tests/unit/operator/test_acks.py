@@ -1,6 +1,7 @@
-"""Asking each gateway pod what it serves: only the pods that may count are asked, over HTTP on the admin port, and a
-pod that does not answer (or answers something else) is one whose acknowledgement is missing, with the kind of
-failure kept and never what it said."""
+"""Asking each gateway pod what it serves: the pods that may count, and those not Ready that are not being deleted
+(only such a pod can say why it is not Ready), are asked, over HTTP on the admin port, and a pod that does not
+answer (or answers something else) is one whose acknowledgement is missing, with the kind of failure kept and never
+what it said."""
 
 from __future__ import annotations
 
@@ -20,13 +21,18 @@ ACK = Acknowledgement(instance="p", serving=Serving(digest="d" * 64, entries=["e
 LEAK = "password=hunter2"
 
 
-async def test_only_ready_pods_with_an_ip_are_asked_and_each_answer_or_failure_lands_on_its_pod(kube: FakeKube) -> None:
+async def test_pods_with_an_ip_are_asked_unless_unready_and_going_and_each_answer_or_failure_lands_on_its_pod(
+    kube: FakeKube,
+) -> None:
     ready = kube.start_pod(NS, "mcpg-gateway-abc")
     silent = kube.start_pod(NS, "mcpg-gateway-abc")
     starting = kube.start_pod(NS, "mcpg-gateway-abc")
+    going = kube.start_pod(NS, "mcpg-gateway-abc")
     for pod in (ready, silent):
         pod.ready = True
         kube.sync_pod(pod)
+    going.deleting = True
+    kube.sync_pod(going)
     silent.answers = False
     asked: list[str] = []
 
@@ -35,10 +41,12 @@ async def test_only_ready_pods_with_an_ip_are_asked_and_each_answer_or_failure_l
         return await kube.acknowledgement(ip)
 
     pods = {p.name: p for p in await acks.read(kube, NS, fetch)}
-    assert sorted(asked) == sorted([ready.ip, silent.ip])  # the starting pod serves nothing yet: not asked
+    assert sorted(asked) == sorted([ready.ip, silent.ip, starting.ip])  # not the unready one being deleted
     assert (pods[ready.name].counted, pods[ready.name].acknowledgement) == (True, ready.acknowledgement())
     assert (pods[silent.name].counted, pods[silent.name].missing) == (True, "ConnectionRefusedError")
-    assert (pods[starting.name].asked, pods[starting.name].acknowledgement) == (False, None)
+    # Not Ready: heard, and never counted.
+    assert (pods[starting.name].counted, pods[starting.name].acknowledgement) == (False, starting.acknowledgement())
+    assert (pods[going.name].asked, pods[going.name].acknowledgement) == (False, None)
     [listed] = [r for r in kube.reads if r.path.endswith("/pods")]
     assert listed.label_selector == "app.kubernetes.io/name=mcpg-gateway"
 

@@ -18,7 +18,7 @@ from mcpg_operator import conditions as c
 from mcpg_operator.reconcile import gateway_objects
 from mcpg_operator.reconcile import run as reconcile
 from mcpg_operator.settings import BusSettings, GatewayDefaults
-from mcpg_testing.fake_kube import FakeKube
+from mcpg_testing.fake_kube import FakeKube, FakePod, replicaset_name
 from mcpg_testing.namespace import (
     NS,
     Clock,
@@ -189,6 +189,66 @@ async def test_a_refusal_in_no_entry_concerns_every_object_and_nothing_is_served
     assert state(kube).tokens() == ["new"]
     assert ready(kube, "resourcewatches", "hook") == ("True", "Served")
     assert "Stalled" not in conditions(kube, "webhooktokens", "tok")
+
+
+def config_names(kube: FakeKube) -> list[str]:
+    return [e["name"] for e in kube.template_config(NS)["mcp"]["capabilities"]["resources"]]
+
+
+def start_pod(kube: FakeKube) -> FakePod:
+    """A pod of the Deployment's template as it is now, started on the configuration Secret (not Ready yet)."""
+    deployment = kube.deployment(NS)
+    assert deployment is not None
+    return kube.start_pod(NS, replicaset_name(deployment["spec"]["template"]))
+
+
+async def test_a_pod_that_refused_the_plugin_kind_it_started_on_is_heard_though_unready_and_the_watch_left_out(
+    kube: FakeKube, clock: Clock
+) -> None:
+    """The settings claim a plugin kind the image lacks; the pod that starts on a configuration naming it refuses it
+    and is never Ready, so only its acknowledgement can say which kinds it has."""
+    claims = GatewayDefaults(replicas=1, plugin_kinds=["ghost"])
+    kube.set_secret(NS, "mcpg-gateway-auth", **AUTH)
+    kube.put(resourcewatch("a", token=None))
+    kube.put(resourcewatch("ghostly", token=None, watch={"plugin": {"kind": "ghost"}}))
+    await reconcile.reconcile(kube, NS, claims, clock, fetch=kube.acknowledgement)
+    assert config_names(kube) == ["a", "ghostly"]  # no pod has answered: the settings stand in
+    path = f"{entry_path(kube, 'ghostly')}.watch.strategy.kind"
+    kube.refusing[NS] = [(path, "no installed watch-strategy plugin has kind 'ghost' (installed kinds: none)")]
+    pod = start_pod(kube)
+    assert pod.refused is not None
+    await reconcile.reconcile(kube, NS, claims, clock, fetch=kube.acknowledgement)
+    assert config_names(kube) == ["a"]
+    assert conditions(kube, "resourcewatches", "ghostly")["Stalled"] == ("True", "InvalidSpec")
+    assert "ghost" in message(kube, "resourcewatches", "ghostly", "Stalled")
+    del kube.refusing[NS]
+    kube.apply_in_place(pod)  # it accepts the configuration without the ghost, and is Ready
+    pod.ready = True
+    kube.sync_pod(pod)
+    await reconcile.reconcile(kube, NS, claims, clock, fetch=kube.acknowledgement)
+    assert ready(kube, "resourcewatches", "a") == ("True", "Served")
+
+
+async def test_a_refusal_by_pods_not_ready_is_shown_on_what_it_concerns_and_nothing_is_served(
+    kube: FakeKube, clock: Clock
+) -> None:
+    kube.set_secret(NS, "mcpg-gateway-auth", **AUTH)
+    kube.put(resourcewatch("a", token=None))
+    kube.put(resourcewatch("b", token=None))
+    await run(kube, clock)
+    path = f"{entry_path(kube, 'b')}.backend.url"
+    kube.refusing[NS] = [(path, "something only the gateway process can tell")]
+    pods = [start_pod(kube), start_pod(kube)]  # each refuses the configuration it starts on: never Ready
+    await run(kube, clock)
+    assert conditions(kube, "resourcewatches", "b")["Stalled"] == ("True", "ConfigRefused")
+    said = message(kube, "resourcewatches", "b", "Stalled")
+    for pod in pods:
+        assert f"{pod.name}: {path}: something only the gateway process can tell" in said
+    # No pod counts: nothing is served, and the other watch waits for a Ready pod.
+    assert ready(kube, "resourcewatches", "a") == ("False", "RollingOut")
+    assert "Stalled" not in conditions(kube, "resourcewatches", "a")
+    # And the pass looks again while no pod counts: no Deployment event would say that one turned Ready.
+    assert (await run(kube, clock)).next_check_s == serving.LATE_POLL_S
 
 
 # --- late ---------------------------------------------------------------------------------------------------

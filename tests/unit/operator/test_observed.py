@@ -105,7 +105,7 @@ ACK = Acknowledgement(instance="p", serving=Serving(digest="d" * 64, entries=["e
     [
         pytest.param(pod("p"), ACK, True, True, id="Ready with an IP"),
         pytest.param(pod("p"), "TimeoutError", True, True, id="Ready and silent: counted, serving nothing known"),
-        pytest.param(pod("p", ready=False), None, False, False, id="not Ready"),
+        pytest.param(pod("p", ready=False), ACK, True, False, id="not Ready: heard, never counted"),
         pytest.param(pod("p", ip=None), None, False, False, id="no IP"),
         pytest.param(pod("p", deleting=True), ACK, True, True, id="being deleted and answering"),
         pytest.param(pod("p", deleting=True), "ClientConnectorError", True, False, id="being deleted and silent"),
