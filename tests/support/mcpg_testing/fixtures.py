@@ -60,7 +60,8 @@ CHART_VALUES: dict[str, Any] = {
 """The values file the session's `helm install` takes: the chart's defaults but for these."""
 
 OPERATOR_SETTINGS = {
-    # What CHART_VALUES has the chart set, for the tests that run an operator process of their own.
+    # What CHART_VALUES has the chart set, for the tests that run an operator process of their own: such a process
+    # and the release's replicas must render the same gateway (tests/unit/support/test_fixtures.py).
     "POD_NAMESPACE": installation.OPERATOR_NAMESPACE,
     "MCPG_RESYNC_SECONDS": "5",
     "MCPG_GATEWAY_IMAGE": oci.GATEWAY_IMAGE,
@@ -71,6 +72,8 @@ OPERATOR_SETTINGS = {
     "MCPG_GATEWAY_RESOURCES": json.dumps(GATEWAY_RESOURCES),
     "MCPG_GATEWAY_ALLOW_NODE_PORTS": "true",
     "MCPG_GATEWAY_ALLOWED_SERVICE_ANNOTATIONS": "lb.example/",
+    # The chart sets it from its default value (gateway.serverCard): rendered into every configuration.
+    "MCPG_GATEWAY_SERVER_CARD": "true",
     "MCPG_LEADER_ELECTION_LEASE_DURATION_SECONDS": "4",
     "MCPG_LEADER_ELECTION_RENEW_DEADLINE_SECONDS": "3",
     "MCPG_LEADER_ELECTION_RETRY_PERIOD_SECONDS": "1",
