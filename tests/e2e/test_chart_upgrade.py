@@ -20,7 +20,10 @@ gateway image built from its Dockerfile.
   every resource of every CRD in the chart;
 - the gateway rendered by the 0.1.0 operator answers the webhook through its Service after each step, and this
   checkout's operator, started in place of the 0.1.0 one as the Deployment's rollout would replace it, takes
-  the old resources over: a token rotation begun after the upgrade completes.
+  the old resources over: it rolls the gateway pods once, onto its template (the one configuration Secret they
+  follow through the API), keeps the 0.1.0 operator's per-hash configuration Secrets while a ReplicaSet mounts
+  one and collects them once none does, and a token rotation begun after the upgrade completes in place, with
+  no further rollout.
 It does not prove the 0.1.0 images (neither can be pulled here): the 0.1.0 operator runs from its sources'
 environment, and the gateway pods run this checkout's gateway image throughout, rendered first by the 0.1.0
 operator.
@@ -218,6 +221,36 @@ def uids(plane: ControlPlane) -> dict[str, str]:
     return {o: get(plane, "-n", SHOP, o)["metadata"]["uid"] for o in objects}
 
 
+LEGACY_LABEL = "mcpg.dev/config-hash"
+"""On the 0.1.0 operator's configuration Secrets, one per content hash (`mcpg-gateway-config-<hash>`)."""
+
+
+def legacy_secrets(plane: ControlPlane) -> set[str]:
+    return {s["metadata"]["name"] for s in get(plane, "-n", SHOP, "secrets", "-l", LEGACY_LABEL)["items"]}
+
+
+def mounted(workload: dict[str, Any]) -> set[str]:
+    """The Secrets a Deployment's or a ReplicaSet's pod template mounts."""
+    volumes = workload["spec"]["template"]["spec"].get("volumes") or []
+    return {v["secret"]["secretName"] for v in volumes if "secret" in v}
+
+
+def gateway(plane: ControlPlane) -> dict[str, Any]:
+    """What a rollout moves and an in-place change does not: the gateway Deployment's generation, the Secret its
+    template mounts as the configuration, its pods (by uid); and the 0.1.0 configuration Secrets there are."""
+    deployment = get(plane, "-n", SHOP, "deployment", "mcpg-gateway")
+    [config] = [
+        v["secret"]["secretName"] for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == "config"
+    ]
+    listed = get(plane, "-n", SHOP, "pods", "-l", "app.kubernetes.io/name=mcpg-gateway")["items"]
+    return {
+        "generation": deployment["metadata"]["generation"],
+        "config": config,
+        "pods": {p["metadata"]["uid"] for p in listed if not p["metadata"].get("deletionTimestamp")},
+        "legacy": legacy_secrets(plane),
+    }
+
+
 def ready_status(plane: ControlPlane, what: str) -> str:
     obj = get(plane, "-n", SHOP, what)
     return str(next(c["status"] for c in obj["status"]["conditions"] if c["type"] == "Ready"))
@@ -287,6 +320,8 @@ def test_the_documented_upgrade_from_0_1_0_replaces_the_crds_and_rbac_and_keeps_
         serve_a_webhook(plane)
         token, before = webhook_token(plane), uids(plane)
         assert_served(plane, token)
+        rendered = gateway(plane)
+        assert rendered["config"] in rendered["legacy"]  # 0.1.0 mounts an immutable Secret per configuration
 
         # The documented path. Helm installs crds/ only on install and never upgrades them: this step does.
         run_step(plane, f"kubectl apply --server-side --force-conflicts -f {CHART}/crds/")
@@ -312,6 +347,23 @@ def test_the_documented_upgrade_from_0_1_0_replaces_the_crds_and_rbac_and_keeps_
         assert webhook_token(plane) == token
         assert_served(plane, token)
 
+        # One rollout onto this operator's template, and the configuration Secret its pods follow.
+        wait_until(lambda: gateway(plane)["generation"] > rendered["generation"], BOUND_S, "this operator's template")
+        plane.kubectl("-n", SHOP, "rollout", "status", "deployment/mcpg-gateway", f"--timeout={BOUND_S:.0f}s")
+        rolled = gateway(plane)
+        assert rolled["generation"] == rendered["generation"] + 1
+        assert rolled["config"] == "mcpg-gateway-config"
+        assert rolled["pods"].isdisjoint(rendered["pods"])
+        assert_served(plane, token)
+        # The 0.1.0 configuration Secrets stay while a ReplicaSet (kept for a rollback) mounts one; once none does,
+        # they are collected.
+        assert rendered["config"] in legacy_secrets(plane)
+        legacy = legacy_secrets(plane)
+        for rs in get(plane, "-n", SHOP, "replicasets")["items"]:
+            if mounted(rs) & legacy:
+                plane.kubectl("-n", SHOP, "delete", "replicaset", rs["metadata"]["name"])
+        wait_until(lambda: not legacy_secrets(plane), BOUND_S, "the 0.1.0 configuration Secrets to be collected")
+
         role = next(
             d
             for d in yaml.safe_load_all(helm(plane, "get", "manifest", RELEASE, "-n", OPERATOR_NAMESPACE))
@@ -334,6 +386,7 @@ def test_the_documented_upgrade_from_0_1_0_replaces_the_crds_and_rbac_and_keeps_
         wait_until(lambda: post_webhook(plane, token)[0] == 404, BOUND_S, "the old token to be refused")
         plane.kubectl("-n", SHOP, "wait", "--for=condition=Ready", "webhooktoken/reports-token", "--timeout=90s")
         assert uids(plane) == before
+        assert gateway(plane) == {**rolled, "legacy": set()}  # in place: no new template, the same pods
 
 
 def test_helm_uninstall_leaves_the_crds_the_resources_and_their_gateways_serving(

@@ -176,7 +176,8 @@ def test_one_namespaces_settings_roll_only_its_gateway_and_deleting_them_restore
     assert service["metadata"]["annotations"]["lb.example/scheme"] == "internal"
     assert get(plane, shop, "pdb", "mcpg-gateway")["spec"]["maxUnavailable"] == 1
     policy = get(plane, shop, "networkpolicy", "mcpg-gateway")["spec"]
-    assert {p["port"] for rule in policy["egress"] for p in rule["ports"]} == {53, 80}  # DNS and the backend
+    # DNS, the backend, and the API server (its Service's port and its own), where each pod follows its configuration
+    assert {p["port"] for rule in policy["egress"] for p in rule["ports"]} == {53, 80, 443, 6443}
     status = get(plane, shop, "mcpgateway", "mcpg-gateway")["status"]
     assert (status["replicas"], status["serviceType"]) == (1, "NodePort")
     assert footprint(plane, other) == untouched

@@ -15,6 +15,7 @@ from typing import Any
 import httpx2
 import yaml
 
+from mcpg_gateway.contract import digests
 from mcpg_testing import installation, manifests, oci
 from mcpg_testing.controlplane import ControlPlane
 from mcpg_testing.pods import apply
@@ -107,10 +108,23 @@ def test_the_operator_pod_reconciles_a_resourcewatch_into_its_gateway(
     assert {o["name"] for o in deployment["metadata"]["ownerReferences"]} == {"reports"}
     assert get(control_plane, namespace, "service", "mcpg-gateway")["spec"]["ports"]
     assert get(control_plane, namespace, "serviceaccount", "mcpg-gateway")["metadata"]["name"] == "mcpg-gateway"
-    [volume] = [v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == "config"]
-    secret_name = volume["secret"]["secretName"]
-    assert secret_name.startswith("mcpg-gateway-config-")
-    rendered = yaml.safe_load(
-        base64.b64decode(get(control_plane, namespace, "secret", secret_name)["data"]["gateway.yaml"])
+    # One configuration Secret, mounted (what a pod starts from) and named to the container, which follows it
+    # through the API under a Role that reads that one Secret and nothing else.
+    template = deployment["spec"]["template"]
+    [volume] = [v for v in template["spec"]["volumes"] if v["name"] == "config"]
+    assert volume["secret"]["secretName"] == "mcpg-gateway-config"
+    [container] = template["spec"]["containers"]
+    assert {"name": "MCPG_CONFIG_SECRET", "value": "mcpg-gateway-config"} in container["env"]
+    assert set(template["metadata"]["annotations"]) == {"mcpg.dev/restart-digest"}
+    [rule] = get(control_plane, namespace, "role", "mcpg-gateway")["rules"]
+    assert (rule["resources"], rule["resourceNames"], sorted(rule["verbs"])) == (
+        ["secrets"],
+        ["mcpg-gateway-config"],
+        ["get", "list", "watch"],
     )
+    binding = get(control_plane, namespace, "rolebinding", "mcpg-gateway")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "mcpg-gateway", "namespace": namespace}]
+    secret = get(control_plane, namespace, "secret", "mcpg-gateway-config")
+    rendered = yaml.safe_load(base64.b64decode(secret["data"]["gateway.yaml"]))
     assert [r["uri"] for r in rendered["mcp"]["capabilities"]["resources"]] == ["drive://folder/reports"]
+    assert secret["metadata"]["annotations"]["mcpg.dev/config-digest"] == digests.document(rendered)

@@ -7,9 +7,10 @@ edits: no Lease is lost, no write is fenced, and the statuses patched are those 
 server counts them.
 
 The session's operator replicas (the chart's release) are scaled to none for the test (and back after it), so the
-API server's counts are this test's replicas' alone. The test's namespace puts its pods on kwok's fake node
-(`installation.on_kwok`), which makes them Ready at once without running anything: the load is the operator's,
-not 300 watches' worth of rollouts on 2 cores.
+API server's counts are this test's replicas' alone. The namespace's gateway is one real pod of the gateway image
+on the node: a watch is Served once every Ready pod acknowledges serving its entry, which only a running gateway
+can (kwok's fake node runs no process). Each new configuration (300 watches, about 2 a second) is applied in
+place by that pod, which no client subscribes to, so no watch runs: the load stays the operator's.
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ from typing import Any
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from mcpg_testing import installation
+from mcpg_testing import oci
 from mcpg_testing.apiclient import ApiClient
 from mcpg_testing.controlplane import ControlPlane
+from mcpg_testing.fixtures import GATEWAY_RESOURCES
 from mcpg_testing.images import ImageEnv
 from mcpg_testing.installation import OPERATOR_NAMESPACE
 from mcpg_testing.manifests import polled
@@ -44,8 +46,6 @@ LEASE = {
     "MCPG_LEADER_ELECTION_RETRY_PERIOD_SECONDS": "2",
 }
 """The chart's timings (values.yaml leaderElection)."""
-KWOK_IMAGE = "example.invalid/mcpg-gateway:kwok"
-"""An image no node has: its pods go to kwok's node (the namespace's annotations), which plays them."""
 BOUND_S = 240
 
 
@@ -53,23 +53,25 @@ def settings(namespace: str, lease: str) -> dict[str, str]:
     return {
         "MCPG_WATCH_NAMESPACES": namespace,
         "MCPG_LEADER_ELECTION_LEASE_NAME": lease,
-        "MCPG_GATEWAY_IMAGE": KWOK_IMAGE,
+        "MCPG_GATEWAY_IMAGE": oci.GATEWAY_IMAGE,
+        "MCPG_GATEWAY_IMAGE_PULL_POLICY": "Never",
+        "MCPG_GATEWAY_RESOURCES": json.dumps(GATEWAY_RESOURCES),
         "MCPG_GATEWAY_REPLICAS": "1",
         "MCPG_BUS_NAMESPACE": namespace,  # nothing of the session's managed bus is this test's to touch
         **LEASE,
     }
 
 
-@contextlib.contextmanager
-def session_operators_paused(plane: ControlPlane, operators: OperatorRelease, namespace: str) -> Iterator[None]:
+def session_operators_paused(
+    plane: ControlPlane, operators: OperatorRelease, namespace: str
+) -> contextlib.AbstractContextManager[None]:
     """The session's replicas stopped for the block; started again once the block's watches are gone, so that
     they do not render a gateway of 300 watches (three real pods) while the later tests run."""
-    operators.stop()
-    try:
-        yield
-    finally:
-        plane.kubectl("-n", namespace, "delete", "resourcewatches", "--all", "--wait=true", f"--timeout={BOUND_S}s")
-        operators.start()
+    return operators.paused(
+        lambda: plane.kubectl(
+            "-n", namespace, "delete", "resourcewatches", "--all", "--wait=true", f"--timeout={BOUND_S}s"
+        )
+    )
 
 
 @contextlib.contextmanager
@@ -154,7 +156,6 @@ def test_a_busy_namespace_costs_no_lease_no_write_after_a_loss_and_patches_only_
 ) -> None:
     name = f"load-{namespace}"
     names = [f"w{i:03d}" for i in range(WATCHES)]
-    installation.on_kwok(control_plane, namespace)
     with (
         session_operators_paused(control_plane, operators, namespace),
         replicas(control_plane, operator_env, tmp_path, settings(namespace, name)) as processes,
@@ -188,5 +189,9 @@ def test_a_busy_namespace_costs_no_lease_no_write_after_a_loss_and_patches_only_
     assert status_patches <= 2 * made
 
 
-OPERATOR_RESOURCES = {"resourcewatches", "webhooktokens", "mcpgateways", "secrets", "deployments", "events", "services"}
-"""What the operator reads and writes for a namespace (Deployments are also the controller's: an upper bound)."""
+OPERATOR_RESOURCES = {
+    *("resourcewatches", "webhooktokens", "mcpgateways", "secrets", "deployments", "replicasets", "pods"),
+    *("events", "services", "serviceaccounts", "roles", "rolebindings"),
+}
+"""What the operator reads and writes for a namespace (Deployments are also the controller's, and pods the
+kubelet's: an upper bound)."""

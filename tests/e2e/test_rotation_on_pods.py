@@ -1,22 +1,25 @@
-"""Token rotation on running gateway pods, judged from what senders and subscribers saw through the Service.
+"""Token rotation on running gateway pods, applied in place, judged from what senders and subscribers saw through
+the Service.
 
 A 3-replica gateway runs as real pods on the node, behind its ClusterIP Service (kube-proxy's rules). While the
 operator rotates the webhook token, senders POST the webhook through the Service with the old and with the new
 token (a fresh connection per request, from many source addresses, so the kernel's connection tracking names the
-pod kube-proxy sent each one to), and subscribers hold `subscriptions/listen` streams through the Service,
-listening again as soon as one ends. A sampler reads the API meanwhile, for the moments that divide the rotation
-into stages (and each pod's address, to name the pods that answered):
+pod kube-proxy sent each one to), and one listener per pod holds a `subscriptions/listen` stream through the
+Service (from a source address kube-proxy's ClientIP affinity sends to that pod). A sampler reads the API and each
+Ready pod's acknowledgement (at its pod IP) meanwhile, for the moments that divide the rotation into stages:
 
-    before    until the Secret edit
-    rolling   from the edit until the WebhookToken reports the new token accepted
-    accepted  from then until the retirement rollout begins (the template drops the old token)
-    retiring  from then until every available pod accepts only the new token
+    before     until the Secret edit
+    accepting  from the edit until the WebhookToken says the token of the Secret's new resourceVersion is accepted
+    accepted   from then until the configuration Secret drops the old token
+    retiring   from then until every Ready pod acknowledges serving a configuration without it
+    after      a few seconds more
 
-The promise, asserted from the recorded responses: no refusal (nor any failed request) for the old token before
-the retirement rollout begins; a 200 for the new token from every pod that answered from acceptance on, and from
-each pod of the both-tokens ReplicaSet; every listen stream a rollout ends is answered (not dropped) and listened
-to again at once. The operator is also SIGKILLed at the worst moment (after the edit, before the first rollout
-completes) and at the second worst (after acceptance, before retirement); the rotation must still complete.
+The promise, asserted from the recorded responses: no refusal (nor any failed request) of the old token before the
+configuration drops it, and a 404 for it once every pod has dropped it; a 200 for the new token from acceptance
+on, from every pod; no listen stream ended and none opened again, each told of the webhook's fires throughout;
+and no pod replaced or restarted, the Deployment's generation unchanged: a rotation now touches no pod template.
+The leading operator is also SIGKILLed at the worst moments (after the new token is carried, before it is
+accepted; after acceptance, before retirement); the rotation must still complete, under the next leader.
 """
 
 from __future__ import annotations
@@ -42,60 +45,87 @@ import yaml
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from mcpg_gateway.contract.acknowledgement import Acknowledgement
 from mcpg_testing.conntrack import ServiceConnections, client_addresses
 from mcpg_testing.controlplane import ControlPlane
 from mcpg_testing.leaks import assert_absent, assert_not_logged
-from mcpg_testing.release import OperatorRelease
+from mcpg_testing.pods import ADMIN_PORT, GATEWAY_SELECTOR, GatewayPod, gateway_pod
+from mcpg_testing.release import ArmedKill, OperatorRelease
 
 URI = "rotation://reports"
 RATE_PER_TOKEN = 12.0
 """Requests per second with each token: 24 in total, over the issue's floor of 20."""
-LISTENERS = 3
-BOUND_S = 150.0
-"""Bound on the whole rotation: two rollouts of 3 real pods, each pod Ready after its first passing probe."""
+REPLICAS = 3
+"""The session's gateway replicas (`fixtures.CHART_VALUES`)."""
+BOUND_S = 90.0
+"""Bound on each stage of the rotation: seconds in place, more with a leader killed (its Lease runs out first)."""
 CLIENT_TOKEN = "rotation-client-" + "c" * 24
 SOURCES = 64
 """Senders' addresses: many senders from many addresses, as upstreams are (`conntrack.client_addresses`)."""
+GAP_S = 2.0
+"""The longest a listener may go without a notification while 12 to 24 fires a second reach its URI."""
+CONFIG_SECRET = "mcpg-gateway-config"
 
 
 @dataclass
 class Sent:
     t: float
+    """When the request began (before its connection)."""
     token: str
     """"old" or "new"."""
     status: int | None
     """None: the request failed (refused, reset, timed out)."""
     client: str
+    done: float = 0.0
+    """When its answer (or failure) was in."""
     error: str = ""
 
 
 @dataclass
-class ListenEnd:
-    opened: float
-    ended: float
-    how: str
-    """"answered": the gateway ended the stream; "dropped": the connection broke; "refused": never opened."""
-    events: int
-    detail: str = ""
+class Listener:
+    """One listen stream held through the Service from `source`, and everything it saw."""
+
+    source: str
+    opened: list[float] = field(default_factory=list)
+    """When each stream opened: one, if no stream ever ended."""
+    ends: list[str] = field(default_factory=list)
+    """How each stream ended: "answered" (the gateway ended it) or "dropped" (the connection broke)."""
+    told: list[float] = field(default_factory=list)
+    """When each notification arrived."""
 
 
 @dataclass
 class Sample:
     t: float
-    template: frozenset[str]
+    """When the sample began: before the configuration Secret was read."""
+    config_tokens: frozenset[str]
+    config_digest: str
     accepted: bool
-    available_pods: dict[str, frozenset[str]]
-    """Available pod -> the tokens its ReplicaSet's configuration accepts."""
-    names: dict[str, str] = field(default_factory=dict)
-    """Pod IP -> pod name, of every pod listed that had an address."""
+    """status.accepted names the Secret's resourceVersion after the edit, and TokenAccepted is True."""
+    read_at: float
+    """When the WebhookToken's status had been read (its answer in)."""
+    status: dict[str, Any]
+    pods: dict[str, GatewayPod] = field(default_factory=dict)
+    """Every gateway pod not being deleted, by name."""
+    serving: dict[str, str | None] = field(default_factory=dict)
+    """Ready pod -> the digest its acknowledgement serves (None: no answer)."""
+    acked_at: float = 0.0
+    """When every Ready pod's acknowledgement had been read."""
+    generation: int = 0
+    """The gateway Deployment's metadata.generation."""
 
 
 @dataclass
 class Moments:
     edit: float = 0.0
     accepted: float = 0.0
-    retiring: float = 0.0
+    """The answer in of the first status read saying the new token is accepted: every pod accepted it before."""
+    last_with_old: float = 0.0
+    """The start of the last sample whose configuration Secret still held the old token: no pod had dropped it."""
+    dropped: float = 0.0
     done: float = 0.0
+    """Every Ready pod's acknowledgement read, each serving a configuration without the old token."""
+    end: float = 0.0
     killed: list[tuple[str, float]] = field(default_factory=list)
 
 
@@ -131,11 +161,11 @@ def manifests(grace_s: int) -> list[dict[str, Any]]:
     ]
 
 
-# -- the API, sampled --------------------------------------------------------------------------------------------
+# -- the API and the pods, sampled -------------------------------------------------------------------------------
 
 
 class Api:
-    """Fast reads with the admin token, so the sampler sees many states of a rotation."""
+    """Fast reads with the admin token, so the sampler sees many states of a rotation; one per thread."""
 
     def __init__(self, kubeconfig: Path) -> None:
         cfg = yaml.safe_load(kubeconfig.read_text())
@@ -151,6 +181,11 @@ class Api:
         resp.raise_for_status()
         return resp.json()
 
+    def merge_patch(self, path: str, body: dict[str, Any]) -> Any:
+        resp = self.http.patch(path, json=body, headers={"content-type": "application/merge-patch+json"})
+        resp.raise_for_status()
+        return resp.json()
+
 
 def webhook_tokens(config_yaml: bytes) -> frozenset[str]:
     [res] = yaml.safe_load(config_yaml)["mcp"]["capabilities"]["resources"]
@@ -158,58 +193,84 @@ def webhook_tokens(config_yaml: bytes) -> frozenset[str]:
     return frozenset([strategy["token"], *strategy.get("previous_tokens", [])])
 
 
-def config_secret(workload: dict[str, Any]) -> str:
-    [vol] = [v for v in workload["spec"]["template"]["spec"]["volumes"] if v["name"] == "config"]
-    return str(vol["secret"]["secretName"])
-
-
-def available(pod: dict[str, Any]) -> bool:
-    ready = any(c["type"] == "Ready" and c["status"] == "True" for c in pod.get("status", {}).get("conditions", []))
-    return ready and not pod["metadata"].get("deletionTimestamp")
-
-
-def read_sample(api: Api, ns: str, new_digest: str) -> Sample:
-    """One view of the rotation; a view torn by a concurrent change (a Secret collected mid-read) raises KeyError."""
-    t = time.monotonic()
-    dep = api.get(f"/apis/apps/v1/namespaces/{ns}/deployments/mcpg-gateway")
-    wt = api.get(f"/apis/mcpg.dev/v1alpha1/namespaces/{ns}/webhooktokens/reports-token").get("status", {})
-    rs_secret = {
-        rs["metadata"]["name"]: config_secret(rs)
-        for rs in api.get(f"/apis/apps/v1/namespaces/{ns}/replicasets")["items"]
-    }
-    listed_pods = api.get(f"/api/v1/namespaces/{ns}/pods")["items"]
-    pods = [p for p in listed_pods if available(p)]
-    names = {p["status"]["podIP"]: p["metadata"]["name"] for p in listed_pods if p.get("status", {}).get("podIP")}
-    listed = api.get(f"/api/v1/namespaces/{ns}/secrets?labelSelector=mcpg.dev/config-hash")["items"]
-    configs = {s["metadata"]["name"]: webhook_tokens(base64.b64decode(s["data"]["gateway.yaml"])) for s in listed}
-    accepted = wt.get("currentDigest") == new_digest and any(
-        c["type"] == "TokenAccepted" and c["status"] == "True" for c in wt.get("conditions", [])
-    )
-    by_pod = {p["metadata"]["name"]: configs[rs_secret[p["metadata"]["ownerReferences"][0]["name"]]] for p in pods}
-    return Sample(t, configs[config_secret(dep)], accepted, by_pod, names)
+def condition(status: dict[str, Any], type_: str) -> str | None:
+    return next((c["status"] for c in status.get("conditions", []) if c["type"] == type_), None)
 
 
 class Sampler:
-    """Samples the API on a thread until stopped; `wait_for(predicate)` blocks until a sample satisfies it."""
+    """Samples the API and every Ready pod's acknowledgement on a thread until stopped. `wait_for(predicate)`
+    blocks until a sample satisfies it; `arm(predicate, action)` runs `action` on the sampler's own thread as soon
+    as the first half of a sample (the configuration Secret and the WebhookToken, read first) satisfies it."""
 
-    def __init__(self, api: Api, ns: str, new_digest: str) -> None:
-        self.api, self.ns, self.new_digest = api, ns, new_digest
+    def __init__(self, kubeconfig: Path, ns: str) -> None:
+        self.api, self.ns = Api(kubeconfig), ns
+        self.acks = httpx2.Client(timeout=2)
+        self.new_version: str | None = None
+        """The token Secret's resourceVersion after the edit, once made."""
         self.samples: list[Sample] = []
+        self.tokens_by_digest: dict[str, frozenset[str]] = {}
+        """Every configuration digest seen in the Secret -> the webhook tokens it carries."""
         self.pod_names: dict[str, str] = {}
-        """Pod IP -> name of every pod any sample listed: the pods that answered may be gone by the end."""
+        """Pod IP -> name of every pod any sample listed."""
+        self._trigger: tuple[Callable[[Sample], bool], Callable[[], object]] | None = None
         self._changed = threading.Condition()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="api sampler", daemon=True)
 
+    def arm(self, predicate: Callable[[Sample], bool], action: Callable[[], object]) -> None:
+        with self._changed:
+            self._trigger = (predicate, action)
+
+    def _read(self) -> Sample:
+        ns = f"/api/v1/namespaces/{self.ns}"
+        t = time.monotonic()
+        config = self.api.get(f"{ns}/secrets/{CONFIG_SECRET}")
+        status = self.api.get(f"/apis/mcpg.dev/v1alpha1/namespaces/{self.ns}/webhooktokens/reports-token")
+        status = status.get("status", {})
+        read_at = time.monotonic()
+        accepted = (
+            self.new_version is not None
+            and (status.get("accepted") or {}).get("secretResourceVersion") == self.new_version
+            and condition(status, "TokenAccepted") == "True"
+        )
+        digest = config["metadata"]["annotations"]["mcpg.dev/config-digest"]
+        tokens = webhook_tokens(base64.b64decode(config["data"]["gateway.yaml"]))
+        sample = Sample(t, tokens, digest, accepted, read_at, status)
+        self._fire_trigger(sample)
+        listed = self.api.get(f"{ns}/pods?labelSelector={GATEWAY_SELECTOR}")["items"]
+        live = [gateway_pod(p) for p in listed if not p["metadata"].get("deletionTimestamp")]
+        sample.pods = {p.name: p for p in live}
+        sample.serving = {p.name: self._serving(p.ip) for p in sample.pods.values() if p.ready and p.ip}
+        sample.acked_at = time.monotonic()
+        deployment = self.api.get(f"/apis/apps/v1/namespaces/{self.ns}/deployments/mcpg-gateway")
+        sample.generation = int(deployment["metadata"]["generation"])
+        return sample
+
+    def _serving(self, ip: str | None) -> str | None:
+        try:
+            resp = self.acks.get(f"http://{ip}:{ADMIN_PORT}/admin/v1/configuration")
+            serving = Acknowledgement.model_validate_json(resp.content).serving
+        except (httpx2.HTTPError, ValueError):
+            return None
+        return serving.digest if serving is not None else None
+
+    def _fire_trigger(self, sample: Sample) -> None:
+        with self._changed:
+            trigger = self._trigger
+            if trigger is not None and trigger[0](sample):
+                self._trigger = None
+                trigger[1]()
+
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                sample = read_sample(self.api, self.ns, self.new_digest)
+                sample = self._read()
             except (KeyError, httpx2.HTTPError):
                 continue  # torn by a concurrent change: read again
             with self._changed:
                 self.samples.append(sample)
-                self.pod_names.update(sample.names)
+                self.tokens_by_digest[sample.config_digest] = sample.config_tokens
+                self.pod_names.update({p.ip: p.name for p in sample.pods.values() if p.ip})
                 self._changed.notify_all()
 
     def __enter__(self) -> Sampler:
@@ -219,6 +280,8 @@ class Sampler:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(timeout=15)
+        self.api.http.close()
+        self.acks.close()
 
     def wait_for(self, what: str, predicate: Callable[[Sample], bool], timeout: float = BOUND_S) -> Sample:
         deadline = time.monotonic() + timeout
@@ -235,51 +298,28 @@ class Sampler:
                     raise AssertionError(f"timed out waiting for {what}; last sample {last}")
                 self._changed.wait(left)
 
-
-class PodLogs:
-    """The namespace's container logs, copied on a thread every half second until stopped: a pod's logs go with
-    the pod, and the rollouts delete the very pods that saw the old token."""
-
-    def __init__(self, plane: ControlPlane, ns: str) -> None:
-        self.plane, self.ns = plane, ns
-        self.texts: dict[Path, str] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="pod log keeper", daemon=True)
-
-    def copy(self) -> None:
-        for path in self.plane.pod_logs(self.ns):
-            with contextlib.suppress(OSError):  # removed with its pod since the listing
-                self.texts[path] = path.read_text(errors="replace")
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.5):  # paced copying, not a wait for a condition
-            self.copy()
-
-    def __enter__(self) -> PodLogs:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=15)
-        self.copy()
+    def settled(self, sample: Sample, tokens: frozenset[str]) -> bool:
+        """Every gateway pod Ready, each serving a configuration whose tokens are `tokens`, and the Secret's too."""
+        ready = [p for p in sample.pods.values() if p.ready]
+        return (
+            sample.config_tokens == tokens
+            and len(ready) == REPLICAS
+            and all(self.tokens_by_digest.get(d or "") == tokens for d in sample.serving.values())
+        )
 
 
 # -- traffic through the Service -------------------------------------------------------------------------------
 
 
 class Traffic:
-    """What the senders and listeners recorded; `wait_sent(n)` returns once n responses are in, bounded."""
+    """What the senders recorded; `wait_sent(n)` returns once n responses are in, bounded."""
 
     def __init__(self) -> None:
         self.sent: list[Sent] = []
-        self.ends: list[ListenEnd] = []
-        self.reopen_gaps: list[float] = []
-        """Seconds from a listen stream's end to the same listener's next stream being open."""
-        self.received = 0
         self._changed = asyncio.Condition()
 
     async def record(self, sent: Sent) -> None:
+        sent.done = time.monotonic()
         self.sent.append(sent)
         async with self._changed:
             self._changed.notify_all()
@@ -328,36 +368,47 @@ async def _post(host: str, port: int, source: str, path: str, label: str, traffi
             writer.close()
         status = int(status_line.split()[1])
     except (OSError, TimeoutError, IndexError, ValueError) as e:
-        await traffic.record(Sent(t, label, None, client, repr(e)))
+        await traffic.record(Sent(t, label, None, client, error=repr(e)))
     else:
         await traffic.record(Sent(t, label, status, client))
 
 
-async def listen(url: str, traffic: Traffic) -> None:
-    """Hold a subscriptions/listen stream on URI through the Service; when it ends, listen again at once. Runs
-    until cancelled."""
+async def listen(url: str, listener: Listener, opened: asyncio.Event) -> None:
+    """Hold a subscriptions/listen stream on URI through the Service from `listener.source`; should it end, listen
+    again at once (and record it). Runs until cancelled."""
     headers = {"authorization": f"Bearer {CLIENT_TOKEN}"}
-    ended: float | None = None
     while True:
-        opened, events, how, detail = time.monotonic(), 0, "answered", ""
+        how = "answered"
         try:
             async with (
-                httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(10, read=None)) as http,
+                httpx2.AsyncClient(
+                    headers=headers,
+                    timeout=httpx2.Timeout(10, read=None),
+                    transport=httpx2.AsyncHTTPTransport(local_address=listener.source),
+                ) as http,
                 Client(streamable_http_client(url, http_client=http)) as client,
                 client.listen(resource_subscriptions=[URI]) as stream,
             ):
-                opened = time.monotonic()
-                if ended is not None:
-                    traffic.reopen_gaps.append(opened - ended)
+                listener.opened.append(time.monotonic())
+                opened.set()
                 async for _ in stream:
-                    events += 1
-                    traffic.received += 1
+                    listener.told.append(time.monotonic())
         except asyncio.CancelledError:
             return
-        except Exception as e:
-            how, detail = "dropped", repr(e)[:300]
-        ended = time.monotonic()
-        traffic.ends.append(ListenEnd(opened, ended, how, events, detail))
+        except Exception:
+            how = "dropped"
+        listener.ends.append(how)
+
+
+def one_source_per_pod(connections: ServiceConnections, sources: list[str]) -> dict[str, str]:
+    """Pod IP -> a source address kube-proxy's ClientIP affinity sends to it, from the senders' connections so
+    far (conntrack); every Ready pod must have one."""
+    by_source = {client.rsplit(":", 1)[0]: pod for client, pod in connections.answered_by().items()}
+    chosen: dict[str, str] = {}
+    for source in sources:
+        if source in by_source:
+            chosen.setdefault(by_source[source], source)
+    return chosen
 
 
 # -- the pods that answered ------------------------------------------------------------------------------------
@@ -372,10 +423,12 @@ def stage(t: float, m: Moments) -> str:
     if t < m.edit:
         return "before"
     if t < m.accepted:
-        return "rolling"
-    if t < m.retiring:
+        return "accepting"
+    if t < m.dropped:
         return "accepted"
-    return "retiring"
+    if t < m.done:
+        return "retiring"
+    return "after"
 
 
 def figures(sent: list[Sent], m: Moments) -> dict[str, dict[str, dict[str, int]]]:
@@ -386,6 +439,12 @@ def figures(sent: list[Sent], m: Moments) -> dict[str, dict[str, dict[str, int]]
         key = str(s.status) if s.status is not None else "failed"
         counts[key] = counts.get(key, 0) + 1
     return out
+
+
+def longest_gap(told: list[float], start: float, end: float) -> float:
+    """The longest time in [start, end] without a notification."""
+    points = [start, *(t for t in told if start < t < end), end]
+    return max(b - a for a, b in itertools.pairwise(points))
 
 
 # -- the test ----------------------------------------------------------------------------------------------------
@@ -399,7 +458,7 @@ def api(control_plane: ControlPlane) -> Iterator[Api]:
 
 
 @pytest.mark.parametrize("kill", ["none", "after-edit", "after-acceptance"])
-async def test_rotation_on_running_pods_refuses_no_sender_and_drops_no_listener(
+async def test_rotation_in_place_refuses_no_sender_ends_no_stream_and_replaces_no_pod(
     control_plane: ControlPlane, operators: OperatorRelease, namespace: str, api: Api, kill: str
 ) -> None:
     grace_s = 15 if kill == "after-acceptance" else 0  # a window between acceptance and retirement to kill in
@@ -409,8 +468,8 @@ async def test_rotation_on_running_pods_refuses_no_sender_and_drops_no_listener(
     control_plane.kubectl(
         "-n", namespace, "wait", "--for=condition=TokenAccepted", "webhooktoken/reports-token", "--timeout=150s"
     )
-    secret = api.get(f"/api/v1/namespaces/{namespace}/secrets/reports-webhook")
-    old = base64.b64decode(secret["data"]["token"]).decode()
+    secret_path = f"/api/v1/namespaces/{namespace}/secrets/reports-webhook"
+    old = base64.b64decode(api.get(secret_path)["data"]["token"]).decode()
     new = "rotated-" + os.urandom(20).hex()
     new_digest = hashlib.sha256(new.encode()).hexdigest()[:12]
     cluster_ip, port = control_plane.service_address(namespace, "mcpg-gateway")
@@ -421,83 +480,113 @@ async def test_rotation_on_running_pods_refuses_no_sender_and_drops_no_listener(
     async def until(what: str, predicate: Callable[[Sample], bool]) -> Sample:
         return await loop.run_in_executor(None, sampler.wait_for, what, predicate)
 
-    killed: list[str] = []
-
-    async def kill_leader(when: str) -> None:
-        killed.append((await loop.run_in_executor(None, operators.leader)).pod_name)
-        moments.killed.append((when, await loop.run_in_executor(None, operators.kill_leader)))
-
     with (
         client_addresses(SOURCES) as sources,
         ServiceConnections(cluster_ip, port) as connections,
-        PodLogs(control_plane, namespace) as pod_logs,
-        Sampler(api, namespace, new_digest) as sampler,
+        Sampler(control_plane.kubeconfig, namespace) as sampler,
     ):
+        first = await until("every pod serving the first token", lambda s: sampler.settled(s, frozenset({old})))
         senders = [
             asyncio.create_task(send(base, label, t, traffic, stop, sources))
             for label, t in (("old", old), ("new", new))
         ]
-        listeners = [asyncio.create_task(listen(f"{base}/mcp", traffic)) for _ in range(LISTENERS)]
-        await until("a first sample", lambda s: s.template == {old})
-        await traffic.wait_sent(2 * RATE_PER_TOKEN)  # a second of traffic before the edit
+        await traffic.wait_sent(4 * RATE_PER_TOKEN)  # two seconds of traffic: sources to every pod
+        await loop.run_in_executor(None, connections.poll)
+        chosen = one_source_per_pod(connections, sources)
+        assert set(chosen) == {p.ip for p in first.pods.values()}, "some pod got no sender's connection"
+        listeners = [Listener(source) for source in chosen.values()]
+        opened = [asyncio.Event() for _ in listeners]
+        listening = [
+            asyncio.create_task(listen(f"{base}/mcp", one, event)) for one, event in zip(listeners, opened, strict=True)
+        ]
+        async with asyncio.timeout(30):
+            await asyncio.gather(*(event.wait() for event in opened))
+        await traffic.wait_sent(len(traffic.sent) + 2 * RATE_PER_TOKEN)  # a second of traffic with the listeners
+
+        armed: ArmedKill | None = None
+        if kill != "none":
+            armed = await loop.run_in_executor(None, operators.arm_kill)
+            # Killed from the sampler's thread the moment a sample shows it: after the edit, the new token carried
+            # by the configuration and not yet accepted; after acceptance, the old token still carried.
+            window = {
+                "after-edit": lambda s: new in s.config_tokens and not s.accepted,
+                "after-acceptance": lambda s: s.accepted and old in s.config_tokens,
+            }[kill]
+            sampler.arm(window, armed.fire)
         moments.edit = time.monotonic()
-        patch = json.dumps({"stringData": {"token": new}})
-        await loop.run_in_executor(
-            None, control_plane.kubectl, "-n", namespace, "patch", "secret", "reports-webhook", "-p", patch
-        )
+        edited = await loop.run_in_executor(None, api.merge_patch, secret_path, {"stringData": {"token": new}})
+        sampler.new_version = edited["metadata"]["resourceVersion"]
+
         if kill == "after-edit":
-            rolling = await until("the both-tokens rollout to start", lambda s: s.template == {old, new})
-            assert not all(p == {old, new} for p in rolling.available_pods.values()), "the rollout had completed"
-            await kill_leader(kill)
-        moments.accepted = (await until("TokenAccepted", lambda s: s.accepted)).t
+            await until("the new token carried", lambda s: new in s.config_tokens)
+            await killed(loop, armed, moments, kill, sampler)
+            seen = api.get(f"/apis/mcpg.dev/v1alpha1/namespaces/{namespace}/webhooktokens/reports-token")
+            assert (seen["status"].get("accepted") or {}).get("secretResourceVersion") != sampler.new_version, (
+                "the token was accepted before the kill"
+            )
+        accepted = await until("the new token accepted", lambda s: s.accepted)
+        moments.accepted = accepted.read_at
         if kill == "after-acceptance":
-            assert old in sampler.samples[-1].template, "the retirement rollout began before the kill"
-            await kill_leader(kill)
-        moments.retiring = (await until("the retirement rollout", lambda s: s.template == {new})).t
+            await killed(loop, armed, moments, kill, sampler)
+        dropped = await until("the configuration to drop the old token", lambda s: old not in s.config_tokens)
+        moments.dropped = dropped.t
+        moments.last_with_old = max(s.t for s in sampler.samples if old in s.config_tokens)
+        assert all(at < moments.dropped for _, at in moments.killed), "the kill came after the old token's drop"
         done = await until(
-            "every pod to accept only the new token",
-            lambda s: len(s.available_pods) == 3 and all(p == {new} for p in s.available_pods.values()),
+            "every pod to serve it without the old token", lambda s: sampler.settled(s, frozenset({new}))
         )
-        moments.done = done.t
-        await traffic.wait_sent(len(traffic.sent) + 2 * RATE_PER_TOKEN)  # a second of traffic after
+        moments.done = done.acked_at
+        await until("the status to say so", lambda s: s.status.get("phase") == "Ready" and not s.status["retiring"])
+        await traffic.wait_sent(len(traffic.sent) + 4 * RATE_PER_TOKEN)  # two seconds of traffic after
+        moments.end = time.monotonic()
         stop.set()
         await asyncio.wait_for(asyncio.gather(*senders), 30)
-        for task in listeners:  # a stream still open now is not one a rollout ended
+        for task in listening:  # a stream still open now is one the rotation did not end
             task.cancel()
-        await asyncio.gather(*listeners)
-        samples = list(sampler.samples)
+        await asyncio.gather(*listening)
+        samples = [s for s in sampler.samples if s.t >= first.t]
+        last = samples[-1]
     pods = answered_by(connections, sampler.pod_names)
     sent = traffic.sent
+    ends = collections.Counter(how for one in listeners for how in one.ends)
+    gaps = [longest_gap(one.told, moments.edit, moments.end) for one in listeners]
     print(
-        f"\nrotation (kill: {kill}): {len(sent)} requests in {moments.done - moments.edit:.1f}s after the edit; "
-        f"kills {[(w, round(t - moments.edit, 1)) for w, t in moments.killed]} s after the edit; "
-        f"per stage, token and status: {json.dumps(figures(sent, moments))}; "
-        f"listen streams ended {dict(collections.Counter(e.how for e in traffic.ends))}, "
-        f"longest reopen {max(traffic.reopen_gaps, default=0):.2f}s, notifications {traffic.received}"
+        f"\nrotation in place (kill: {kill}): after the edit, accepted in {moments.accepted - moments.edit:.2f}s, "
+        f"dropped from the configuration in {moments.dropped - moments.edit:.2f}s, retired by every pod in "
+        f"{moments.done - moments.edit:.2f}s; kills {[(w, round(t - moments.edit, 2)) for w, t in moments.killed]} "
+        f"s after the edit; {len(sent)} requests, per stage, token and status: {json.dumps(figures(sent, moments))}; "
+        f"listen streams ended {dict(ends)}, notifications {[len(one.told) for one in listeners]}, longest gap "
+        f"{max(gaps):.2f}s"
     )
 
-    # 1. No refusal, and no failed request, for the old token before the retirement rollout began.
-    early_old = [s for s in sent if s.token == "old" and s.t < moments.retiring]
-    assert early_old
+    # 1. No refusal, and no failed request, of the old token answered before the configuration dropped it; once
+    #    every pod had dropped it, a 404 from every pod.
+    early_old = [s for s in sent if s.token == "old" and s.done < moments.last_with_old]
+    assert {stage(s.t, moments) for s in early_old} >= {"before", "accepting"}
     assert [s for s in early_old if s.status != 200] == []
-    # 2. From acceptance on, every request with the new token got a 200, and every pod of the both-tokens
-    #    ReplicaSet answered some of them.
+    late_old = [s for s in sent if s.token == "old" and s.t > moments.done]
+    assert late_old
+    assert [s for s in late_old if s.status != 404] == []
+    # 2. From acceptance on, every request with the new token got a 200, and every pod answered some of them.
     late_new = [s for s in sent if s.token == "new" and s.t > moments.accepted]
     assert late_new
     assert [s for s in late_new if s.status != 200] == []
-    answering = {pods[s.client] for s in late_new if s.client in pods}
-    both = {
-        n for s in samples if s.t > moments.accepted for n, tokens in s.available_pods.items() if tokens == {old, new}
-    }
-    assert len(both) == 3
-    assert both <= answering, (both, answering)
+    assert {pods[s.client] for s in late_new if s.client in pods} == set(last.pods), "a pod answered no new token"
     # No request with either token failed outright at any stage (refused, reset or timed out).
     assert [s for s in sent if s.status is None] == []
-    # 3. Every listen stream a rollout ended was answered by its gateway, and listened to again at once.
-    assert traffic.ends, "no rollout ended a listen stream"
-    assert [e for e in traffic.ends if e.how != "answered"] == []
-    assert max(traffic.reopen_gaps) < 5.0
-    # 4. Neither token reached a status, an Event, a workload, a log, or any replica's /metrics.
+    # 3. No listen stream ended, and none was opened again: one per pod, the same from before the edit to the end,
+    #    told of the fires throughout.
+    assert ends == {}
+    assert [len(one.opened) for one in listeners] == [1] * REPLICAS
+    assert all(one.opened[0] < moments.edit for one in listeners)
+    assert max(gaps) < GAP_S, gaps
+    # 4. No pod replaced, restarted or unready at any moment, and no new pod template.
+    assert all({p.uid for p in s.pods.values() if p.ready} == {p.uid for p in first.pods.values()} for s in samples), (
+        "a gateway pod was replaced, or was not Ready, during the rotation"
+    )
+    assert {p.name: p.restarts for p in last.pods.values()} == {p.name: p.restarts for p in first.pods.values()}
+    assert last.generation == first.generation
+    # 5. Neither token reached a status, an Event, a workload, a log, or any replica's /metrics.
     objects_yaml = "".join(
         control_plane.kubectl("-n", namespace, "get", kind, "-o", "yaml").stdout
         for kind in ("resourcewatches", "webhooktokens", "events", "deployments", "replicasets", "pods", "services")
@@ -506,11 +595,33 @@ async def test_rotation_on_running_pods_refuses_no_sender_and_drops_no_listener(
     assert_not_logged(operators.log, old, new)
     for replica in operators.processes:
         assert_absent(str(replica.metrics()), f"{replica.pod_name}'s /metrics", old, new)
-    assert pod_logs.texts
-    for path, text in pod_logs.texts.items():
-        assert_absent(text, str(path), old, new)
+    logs = control_plane.pod_logs(namespace)
+    assert logs
+    for path in logs:
+        assert_absent(path.read_text(errors="replace"), str(path), old, new)
     assert_not_logged(control_plane.log("kubelet"), old, new)
-    # 5. The rotation finished, and the status says so; after a kill, under another replica's lead.
-    assert operators.leader().pod_name not in killed
+    # 6. The rotation finished, and the status says so; after a kill, under another replica's lead.
+    if armed is not None:
+        assert operators.leader().pod_name != armed.pod.pod_name
     status = api.get(f"/apis/mcpg.dev/v1alpha1/namespaces/{namespace}/webhooktokens/reports-token")["status"]
     assert (status["phase"], status["retiringCount"], status["currentDigest"]) == ("Ready", 0, new_digest)
+    assert status["accepted"]["secretResourceVersion"] == sampler.new_version == status["secretResourceVersion"]
+    retired = control_plane.kubectl(
+        "-n", namespace, "get", "events", "--field-selector", "reason=TokenRetired", "-o", "json"
+    ).stdout
+    assert [e["involvedObject"]["name"] for e in json.loads(retired)["items"]] == ["reports-token"]
+
+
+async def killed(
+    loop: asyncio.AbstractEventLoop,
+    armed: ArmedKill | None,
+    moments: Moments,
+    when: str,
+    sampler: Sampler,
+) -> None:
+    """Once the sampler has fired the armed kill: record it, keep the replica's log and delete its pod."""
+    assert armed is not None
+    await loop.run_in_executor(None, sampler.wait_for, "the kill", lambda _: armed.killed_at is not None)
+    assert armed.killed_at is not None
+    moments.killed.append((when, armed.killed_at))
+    await loop.run_in_executor(None, armed.finish)

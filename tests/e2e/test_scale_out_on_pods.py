@@ -6,7 +6,9 @@ the configuration (by `${env.NAME}`, never the password itself) and `sessionAffi
 Clients hold streams of both eras on each pod directly, at its pod IP (as ClientIP affinity pins a handshake-era
 client to one pod) and a listen stream through the Service's ClusterIP; webhooks go through the Service and to
 each pod in turn. Every client must be told exactly once per post, whichever pod received it; then a rollout in
-the middle: webhooks through the Service keep being answered 200, and the new pods serve as one.
+the middle (new resources for the pods, through the namespace's McpGateway: what only a new pod template can
+change; a new configuration is applied in place, `test_in_place_on_pods.py`): webhooks through the Service keep
+being answered 200, and the new pods serve as one.
 """
 
 from __future__ import annotations
@@ -26,10 +28,12 @@ import yaml
 from mcpg_testing import installation
 from mcpg_testing.clients import Subscription, legacy_client, listen_client, subscribe
 from mcpg_testing.controlplane import ControlPlane
+from mcpg_testing.fixtures import GATEWAY_RESOURCES
 from mcpg_testing.leaks import assert_absent
-from mcpg_testing.manifests import polled
 from mcpg_testing.pods import gateway_pods
+from mcpg_testing.processes import wait_until
 from mcpg_testing.release import OperatorRelease
+from mcpg_testing.watching import WATCH_END, watching
 
 URI, SENTINEL = "scaled://reports", "scaled://sentinel"
 CLIENT_TOKEN = "scale-out-client-" + "s" * 24
@@ -168,12 +172,25 @@ async def test_three_replicas_serve_as_one_over_the_operators_bus_and_through_a_
     await rollout_in_the_middle(control_plane, namespace, service, hook, sentinel, set(pods))
 
 
+ROLLED_RESOURCES = {
+    **GATEWAY_RESOURCES,
+    "requests": {**GATEWAY_RESOURCES["requests"], "memory": "80Mi"},
+}
+"""The chart's gateway resources but for the memory request: a new pod template, so every pod is replaced."""
+
+
+def mcp_gateway(spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "mcpg.dev/v1alpha1", "kind": "McpGateway", "metadata": {"name": "mcpg-gateway"}, "spec": spec}
+
+
 async def rollout_in_the_middle(
     plane: ControlPlane, ns: str, service: str, hook: str, sentinel: str, old_pods: set[str]
 ) -> None:
-    """A config change rolls all 3 pods while a sender posts through the Service (listen streams a rollout ends
-    are judged by the rotation test); afterwards the new pods serve as one."""
+    """New resources roll all 3 pods while a sender posts through the Service and a listener holds a listen stream
+    through it, listening again whenever one ends: every stream the rollout ends is answered (`shutdown`), none
+    dropped; afterwards the new pods serve as one."""
     statuses: list[int | str] = []
+    ends: list[str] = []
     stop = asyncio.Event()
 
     async def sender() -> None:
@@ -186,35 +203,61 @@ async def rollout_in_the_middle(
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), 0.2)  # a paced sender, not a wait for a condition
 
-    tasks = [asyncio.create_task(sender())]
-    plane.kubectl("-n", ns, "apply", "-f", "-", stdin=yaml.safe_dump(polled("rolled")))
-    loop = asyncio.get_running_loop()
+    tasks = [asyncio.create_task(sender()), asyncio.create_task(hold_listen(f"{service}/mcp", ends))]
+    before = int(get(plane, "-n", ns, "deploy", "mcpg-gateway")["metadata"]["generation"])
+    spec = {"replicas": 3, "resources": ROLLED_RESOURCES}
+    plane.kubectl("-n", ns, "apply", "-f", "-", stdin=yaml.safe_dump(mcp_gateway(spec)))
     started = time.monotonic()
-    await loop.run_in_executor(
-        None,
-        plane.kubectl,
-        "-n",
-        ns,
-        "wait",
-        "--for=condition=Ready",
-        "resourcewatch/rolled",
-        f"--timeout={ROLLOUT_S:.0f}s",
+
+    def new_template() -> bool:
+        return int(get(plane, "-n", ns, "deploy", "mcpg-gateway")["metadata"]["generation"]) > before
+
+    await asyncio.to_thread(wait_until, new_template, ROLLOUT_S, "the operator to apply the new resources", 0.2)
+    await asyncio.to_thread(
+        plane.kubectl, "-n", ns, "rollout", "status", "deployment/mcpg-gateway", f"--timeout={ROLLOUT_S:.0f}s"
     )
+    # A complete rollout may still have old pods draining (their preStop pause): their streams end once they go.
+    await asyncio.to_thread(
+        plane.kubectl, "-n", ns, "wait", "--for=delete", *(f"pod/{name}" for name in old_pods),
+        f"--timeout={ROLLOUT_S:.0f}s",
+    )  # fmt: skip
     stop.set()
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
-    plane.kubectl("-n", ns, "rollout", "status", "deployment/mcpg-gateway", f"--timeout={ROLLOUT_S:.0f}s")
     new_pods = gateway_pods(plane, ns)
     assert len(new_pods) == 3, new_pods
     assert not set(new_pods) & old_pods, "the rollout did not replace every pod"
     assert statuses, "no webhook was sent during the rollout"
     assert set(statuses) == {200}, f"webhooks during the rollout ({time.monotonic() - started:.0f} s): {statuses}"
+    assert ends, "the rollout ended no listen stream"
+    assert set(ends) == {"shutdown"}, ends
     async with clients_on(new_pods, service) as subs:
         for base in new_pods.values():
             assert await post(f"{base}{hook}") == 200
             await told_once_each(subs, URI)
         await assert_nothing_else(subs, sentinel)
+
+
+async def hold_listen(url: str, ends: list[str]) -> None:
+    """Hold a listen stream on URI; whenever one ends, record why (the reason its answer gave, or `dropped` if the
+    connection broke without one) and listen again at once. Until cancelled."""
+    while True:
+        try:
+            async with watching(url, "listen", [URI], HEADERS) as held:
+                assert held.result is not None
+                try:
+                    result = await asyncio.shield(held.result)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    ends.append("dropped")
+                else:
+                    ends.append(str(((result.meta or {}).get(WATCH_END) or {}).get("reason")))
+        except asyncio.CancelledError:
+            return
+        except Exception:  # not opened: the pod went away meanwhile, and kube-proxy sends the next one elsewhere
+            continue
 
 
 def bus_pod(plane: ControlPlane) -> tuple[str, str, list[int]]:

@@ -9,12 +9,14 @@ misses none.
 
 `client_addresses` gives a test more source addresses than the node's own: kube-proxy's ClientIP affinity
 sends every connection from one address to the same pod, so one source would only ever reach one pod.
+`pinned_sources` tells, by one connection from each, which pod each source address is sent to.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ipaddress
+import socket
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -157,3 +159,18 @@ def _ip(*args: str, check: bool = True) -> None:
     result = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, check=False)
     if check and result.returncode != 0:
         raise ConntrackError(f"ip {' '.join(args)} failed ({result.returncode}): {result.stderr.strip()}")
+
+
+def pinned_sources(ip: str, port: int, sources: list[str]) -> dict[str, list[str]]:
+    """Pod IP -> the source addresses kube-proxy sends to it, learnt by one TCP connection to `ip:port` from each
+    (ClientIP affinity keeps every later connection from a source on the same pod)."""
+    for source in sources:
+        with socket.create_connection((ip, port), timeout=COMMAND_TIMEOUT_S, source_address=(source, 0)):
+            pass
+    by_client = {f.client.rsplit(":", 1)[0]: f.answered_by for f in list_flows(ip, port) if f.translated}
+    out: dict[str, list[str]] = {}
+    for source in sources:
+        if source not in by_client:
+            raise ConntrackError(f"no tracked connection from {source} to {ip}:{port}")
+        out.setdefault(by_client[source], []).append(source)
+    return out

@@ -5,17 +5,19 @@ operator image built from its Dockerfile) with a values file, waits for the Depl
 replica to lead, and gives a test what it needs of the replicas: which one leads (the Lease), each one's
 /metrics (at its pod IP), every replica's log, and `kill_leader()`, which SIGKILLs the leading container's
 process (no clean stop, no Lease released: as an OOM kill ends it) and deletes its pod at once, so the
-ReplicaSet's replacement, not a restart of the same pod, stands in for it.
+ReplicaSet's replacement, not a restart of the same pod, stands in for it. `arm_kill()` finds that process
+ahead of time, for a test that must kill it within a short window.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,6 +61,31 @@ class OperatorPod:
         found = self.metrics()
         leader = [v for _, v in found.get(LEADER, [])]
         return [v for _, v in found.get(RUNNING, [])] == [1.0] and all(v == 1.0 for v in leader)
+
+
+@dataclass
+class ArmedKill:
+    """A leading replica's process, found ahead of time (`OperatorRelease.arm_kill`): `fire` SIGKILLs it at once, from
+    any thread (no request to make first, so a test can kill within a window of a fraction of a second); `finish`
+    then keeps what it logged and deletes its pod, so the ReplicaSet's replacement stands in for it."""
+
+    release: OperatorRelease
+    pod: OperatorPod
+    pid: int
+    killed_at: float | None = None
+    """When `fire` sent the signal (monotonic); None until then."""
+
+    def fire(self) -> float:
+        """SIGKILL the process (once); the time of the kill."""
+        if self.killed_at is None:
+            os.kill(self.pid, signal.SIGKILL)
+            self.killed_at = time.monotonic()
+        return self.killed_at
+
+    def finish(self) -> None:
+        """After `fire`: its log kept (its pod's logs go with the pod), its pod deleted without waiting."""
+        assert self.killed_at is not None, "finish() before fire()"
+        self.release._finish_kill(self.pod)
 
 
 class OperatorRelease:
@@ -139,6 +166,20 @@ class OperatorRelease:
         self._scale(int(self.values.get("replicas", REPLICAS)))
         return self.leader()
 
+    @contextlib.contextmanager
+    def paused(self, before_start: Callable[[], object] = lambda: None) -> Iterator[None]:
+        """The release's replicas stopped for the block, for a test that runs an operator of its own on a namespace
+        (every replica watches every namespace); started again afterwards, once `before_start` has run (removing
+        what they should not find)."""
+        self.stop()
+        try:
+            yield
+        finally:
+            try:
+                before_start()
+            finally:
+                self.start()
+
     def _scale(self, replicas: int) -> None:
         self.plane.kubectl(
             "-n", installation.OPERATOR_NAMESPACE, "scale", "deployment", DEPLOYMENT, f"--replicas={replicas}"
@@ -152,16 +193,22 @@ class OperatorRelease:
 
     def kill_leader(self) -> float:
         """SIGKILL the leading container's process and delete its pod at once; return the time of the kill."""
+        armed = self.arm_kill()
+        killed = armed.fire()
+        armed.finish()
+        return killed
+
+    def arm_kill(self) -> ArmedKill:
+        """The leading replica's process, found now so that a test can SIGKILL it later at an exact moment."""
         leader = self.leader()
-        pid = self._container_pid(leader.pod_name)
-        self.killed_logs.append(self.plane.pod_log(installation.OPERATOR_NAMESPACE, leader.pod_name))
-        os.kill(pid, signal.SIGKILL)
-        killed = time.monotonic()
+        return ArmedKill(self, leader, self._container_pid(leader.pod_name))
+
+    def _finish_kill(self, pod: OperatorPod) -> None:
+        self.killed_logs.append(self.plane.pod_log(installation.OPERATOR_NAMESPACE, pod.pod_name))
         self.plane.kubectl(
-            "-n", installation.OPERATOR_NAMESPACE, "delete", "pod", leader.pod_name,
+            "-n", installation.OPERATOR_NAMESPACE, "delete", "pod", pod.pod_name,
             "--grace-period=0", "--force", "--wait=false",
         )  # fmt: skip
-        return killed
 
     def _container_pid(self, pod: str) -> int:
         """The host PID of the pod's operator container, as the runtime reports it."""

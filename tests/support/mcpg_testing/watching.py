@@ -99,9 +99,13 @@ async def watching(
     headers: dict[str, str] | None = None,
     list_changed: bool = False,
     states: dict[str, str] | None = None,
+    local_address: str | None = None,
+    session_ids: list[str | None] | None = None,
 ) -> AsyncIterator[Watching]:
     """A client subscribed to `uris`: legacy (resources/subscribe) or listen (one subscriptions/listen, asking for
-    list changes as well when `list_changed`); `states`: the last state token seen per URI, handed back."""
+    list changes as well when `list_changed`); `states`: the last state token seen per URI, handed back;
+    `local_address`: the address its connections come from; `session_ids`: gets the `mcp-session-id` header of
+    each request sent but a closing DELETE (None on the first, which opens the session)."""
     notes: asyncio.Queue[Note] = asyncio.Queue()
     list_changes: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
     acknowledged = asyncio.Event()
@@ -115,9 +119,19 @@ async def watching(
         elif isinstance(message, types.SubscriptionsAcknowledgedNotification):
             acknowledged.set()
 
+    async def record(request: httpx2.Request) -> None:
+        if session_ids is not None and request.method != "DELETE":
+            session_ids.append(request.headers.get("mcp-session-id"))
+
     client_mode = "legacy" if mode == "legacy" else "auto"
+    transport = httpx2.AsyncHTTPTransport(local_address=local_address) if local_address is not None else None
     async with (
-        httpx2.AsyncClient(headers=headers or {}, timeout=httpx2.Timeout(30, read=300)) as http,
+        httpx2.AsyncClient(
+            headers=headers or {},
+            timeout=httpx2.Timeout(30, read=300),
+            transport=transport,
+            event_hooks={"request": [record]},
+        ) as http,
         Client(streamable_http_client(url, http_client=http), mode=client_mode, message_handler=on_message) as client,
     ):
         handle = Watching(client, mode, notes, list_changes=list_changes)
