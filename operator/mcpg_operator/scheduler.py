@@ -1,13 +1,14 @@
 """Coalesce reconcile requests per namespace: many events become one run, and one run at a time per namespace.
 
 A request during a run marks the namespace dirty and the run loops once more, so the last event is never lost.
-Each run waits a short settle time first, so a burst (a `kubectl apply` of many watches) becomes one rendered
-configuration, written once, instead of one per object. Failed runs are retried with backoff; a run that
-asks to be woken later (a grace period) is scheduled, and one that asks for a rerun (it created something the
-next run must read back) runs again at once. Each run is counted and timed here, as controller-runtime counts a
-reconcile (`metrics`), and what the run found is handed to the metrics. An `after` callback sees each run's
-outcome beside the one before, so one controller can ask another to follow (the managed bus follows the
-namespaces that gained or lost bus credentials).
+Each run an event asked for waits a short settle time first, so a burst (a `kubectl apply` of many watches)
+becomes one rendered configuration, written once, instead of one per object; a wake-up a run asked for does not
+wait it. Failed runs are retried with backoff; a run that asks to be woken later (a grace period, an
+acknowledgement awaited) is scheduled, and one that asks for a rerun (it created something the next run must read
+back) runs again at once. Each run is counted and timed here, as controller-runtime counts a reconcile
+(`metrics`), and what the run found is handed to the metrics. An `after` callback sees each run's outcome beside
+the one before, so one controller can ask another to follow (the managed bus follows the namespaces that gained
+or lost bus credentials).
 
 Passes are bounded across every namespace and controller by one `Turns` (MCPG_RECONCILE_CONCURRENCY), served
 first come, first served: a namespace dirty again after its pass queues behind those already waiting, so one
@@ -78,6 +79,8 @@ class Turns:
 @dataclass
 class _Namespace:
     dirty: bool = False
+    settle: bool = False
+    """An event asked for the next run: it waits the settle time first, so a burst becomes one run."""
     task: asyncio.Task[None] | None = None
     wakeup: asyncio.TimerHandle | None = None
     failures: int = 0
@@ -115,11 +118,14 @@ class Scheduler:
         await ns.done.wait()
         return ns.last
 
-    def request(self, namespace: str) -> None:
+    def request(self, namespace: str, *, settle: bool = True) -> None:
+        """Run a pass of `namespace` soon; `settle=False`: a wake-up the last pass asked for (a grace period's end,
+        an acknowledgement awaited), which no burst of events is behind, so it does not wait the settle time."""
         if self._halted:
             return  # this replica lost the Lease: whatever asks now is not ours to do
         ns = self._namespaces.setdefault(namespace, _Namespace())
         ns.dirty = True
+        ns.settle = ns.settle or settle
         ns.done.clear()
         if ns.task is None or ns.task.done():
             ns.task = asyncio.create_task(self._loop(namespace, ns), name=f"reconcile {namespace}")
@@ -127,12 +133,13 @@ class Scheduler:
     def _later(self, namespace: str, ns: _Namespace, delay: float) -> None:
         if ns.wakeup is not None:
             ns.wakeup.cancel()
-        ns.wakeup = asyncio.get_running_loop().call_later(delay, self.request, namespace)
+        ns.wakeup = asyncio.get_running_loop().call_later(delay, lambda: self.request(namespace, settle=False))
 
     async def _loop(self, namespace: str, ns: _Namespace) -> None:
         while ns.dirty:
-            if self._settle_s:
+            if self._settle_s and ns.settle:
                 await asyncio.sleep(self._settle_s)  # events arriving meanwhile join this run
+            ns.settle = False
             previous = ns.last
             try:
                 ns.last = await self._in_turn(namespace, ns)

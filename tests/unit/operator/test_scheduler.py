@@ -90,6 +90,22 @@ async def test_a_run_that_asks_for_a_rerun_runs_again_at_once() -> None:
     await scheduler.close()
 
 
+async def test_a_wake_up_a_pass_asked_for_runs_without_the_settle_time() -> None:
+    runs: list[str] = []
+
+    async def run(namespace: str) -> Outcome:
+        runs.append(namespace)
+        return Outcome(next_check_s=0.0 if len(runs) == 1 else None)  # the first asks to be woken at once
+
+    scheduler = Scheduler(run, settle_s=3600)  # an hour: a wake-up that waited it would never come in bound
+    scheduler.request("shop", settle=False)
+    async with asyncio.timeout(BOUND_S):
+        while len(runs) < 2:
+            await asyncio.sleep(0.01)  # the wake-up is a timer: polled, bounded above
+    assert runs == ["shop", "shop"]
+    await scheduler.close()
+
+
 # --- a bound over every namespace, served in turn; the fence; the loss of the Lease -----------------------------
 
 
