@@ -109,7 +109,7 @@ def watches(upstream_port: int) -> str:
 apiVersion: mcpg.dev/v1alpha1
 kind: WebhookToken
 metadata: {{name: report-token, namespace: {NS}}}
-spec: {{secretRef: {{name: report-webhook}}, generate: true}}
+spec: {{secretRef: {{name: report-webhook}}, generate: true, gracePeriodSeconds: 5}}
 ---
 apiVersion: mcpg.dev/v1alpha1
 kind: ResourceWatch
