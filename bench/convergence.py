@@ -439,21 +439,8 @@ def rotations(plane: ControlPlane, api: Api, ns: str, reps: int) -> tuple[list[f
     accepted, retired = [], []
     for _ in range(reps):
         new = secrets.token_urlsafe(32)
-        patch = json.dumps({"stringData": {"token": new}})
         t0 = time.monotonic()
-        version = plane.kubectl(
-            "-n",
-            ns,
-            "patch",
-            "secret",
-            "reports-webhook",
-            "--type",
-            "merge",
-            "-p",
-            patch,
-            "-o",
-            "jsonpath={.metadata.resourceVersion}",
-        ).stdout.strip()
+        version = plane.set_secret_token(ns, "reports-webhook", new)
 
         def is_accepted(version: str = version) -> bool:
             status = api.get(wt_path).get("status", {})

@@ -282,7 +282,6 @@ def rotate(plane: ControlPlane, base: str, old: str, client: Program) -> None:
     )
     new = base64.urlsafe_b64encode(os.urandom(32)).decode().rstrip("=")
     digest = hashlib.sha256(new.encode()).hexdigest()[:12]
-    patch = json.dumps({"stringData": {"token": new}})
     pods_before = pods(plane)
     print(f"$ kubectl -n {NS} get webhooktoken report-token --watch   # phase, digests, TokenAccepted, Ready's reason")
     with KubectlWatch(plane, "-n", NS, "webhooktoken", "report-token", template=TOKEN_COLUMNS) as watch:
@@ -290,19 +289,7 @@ def rotate(plane: ControlPlane, base: str, old: str, client: Program) -> None:
         printer = stamped(start)
         watch.until(lambda f: bool(f.get("phase")), WAIT_S, printer)  # the state before the edit
         print(f'$ kubectl -n {NS} patch secret report-webhook --type merge -p \'{{"stringData":{{"token":"<new>"}}}}\'')
-        version = plane.kubectl(
-            "-n",
-            NS,
-            "patch",
-            "secret",
-            "report-webhook",
-            "--type",
-            "merge",
-            "-p",
-            patch,
-            "-o",
-            "jsonpath={.metadata.resourceVersion}",
-        ).stdout.strip()
+        version = plane.set_secret_token(NS, "report-webhook", new)
         printer(f"secret/report-webhook patched (resourceVersion {version})")
         both_tokens(base, old, new, "right after the edit")
         # This token's acceptance, not just any: the old token's status is still there right after the edit.

@@ -380,8 +380,7 @@ def test_the_documented_upgrade_from_0_1_0_replaces_the_crds_and_rbac_and_keeps_
 
         # The new operator reconciles what the old one made: a rotation begun now completes.
         rotated = "rotated-" + os.urandom(16).hex()
-        patch = json.dumps({"stringData": {"token": rotated}})
-        plane.kubectl("-n", SHOP, "patch", "secret", "reports-webhook", "--type", "merge", "-p", patch)
+        plane.set_secret_token(SHOP, "reports-webhook", rotated)
         wait_until(lambda: post_webhook(plane, rotated)[0] == 200, BOUND_S, "the rotated token to be served")
         wait_until(lambda: post_webhook(plane, token)[0] == 404, BOUND_S, "the old token to be refused")
         plane.kubectl("-n", SHOP, "wait", "--for=condition=Ready", "webhooktoken/reports-token", "--timeout=90s")

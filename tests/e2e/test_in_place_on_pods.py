@@ -258,10 +258,7 @@ async def test_changes_applied_in_place_keep_every_session_and_stream_and_restar
             old = token_of(plane, ns, "hook")
             started = time.monotonic()
             new = "rotated-" + os.urandom(20).hex()
-            patch = json.dumps({"stringData": {"token": new}})
-            edited = plane.kubectl(
-                "-n", ns, "patch", "secret", "hook-webhook", "-p", patch, "-o", "jsonpath={.metadata.resourceVersion}"
-            ).stdout
+            edited = plane.set_secret_token(ns, "hook-webhook", new)
             path = "{.status.accepted.secretResourceVersion}"
             await asyncio.to_thread(
                 plane.kubectl, "-n", ns, "wait", f"--for=jsonpath={path}={edited}", "webhooktoken/hook-token",

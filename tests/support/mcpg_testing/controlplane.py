@@ -371,6 +371,14 @@ class ControlPlane:
             )
         return result
 
+    def set_secret_token(self, namespace: str, secret: str, token: str) -> str:
+        """Write `token` into the Secret's `token` key as a user rotating it would (a merge patch by kubectl);
+        the Secret's new resourceVersion, which a WebhookToken's `status.accepted` names once it is accepted."""
+        patch = json.dumps({"stringData": {"token": token}})
+        jsonpath = "jsonpath={.metadata.resourceVersion}"
+        args = ("-n", namespace, "patch", "secret", secret, "--type", "merge", "-p", patch, "-o", jsonpath)
+        return self.kubectl(*args).stdout.strip()
+
 
 def _request(base: str, method: str, path: str, token: str = "", body: object = None) -> tuple[int, bytes]:
     """One HTTP(S) call to etcd or the apiserver; (0, error) when nothing answers yet."""
