@@ -67,6 +67,11 @@ class RunningGateway(GatewayUrls):
                     return ack
                 await asyncio.sleep(0.02)  # polling the admin port, as the operator does; bounded above
 
+    async def post_webhook(self, token: str) -> int:
+        """`POST /webhooks/resource-updated/{token}`, as a sender would; the status code."""
+        async with httpx2.AsyncClient() as http:
+            return (await http.post(f"{self.base}/webhooks/resource-updated/{token}")).status_code
+
     async def acknowledgement(self) -> acknowledgement.Acknowledgement:
         """`GET /admin/v1/configuration`, as the operator reads it."""
         async with httpx2.AsyncClient() as http:
@@ -116,9 +121,7 @@ def sentinel() -> dict[str, Any]:
 
 async def assert_only_sentinel_arrives(gw: RunningGateway, sub: Subscription) -> None:
     """Fire the sentinel and prove nothing else was pending before it: no sleep, an event after the fact."""
-    async with httpx2.AsyncClient() as http:
-        resp = await http.post(f"{gw.base}/webhooks/resource-updated/{SENTINEL_TOKEN}")
-    assert resp.status_code == 200
+    assert await gw.post_webhook(SENTINEL_TOKEN) == 200
     assert await sub.next_update() == SENTINEL_URI
     assert sub.drained() == []
 

@@ -12,7 +12,6 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx2
 import pytest
 
 from mcpg_gateway import catalog, policy
@@ -87,14 +86,9 @@ async def everyone(gw: RunningGateway, mode: str, uris: list[str]) -> AsyncItera
         yield subs
 
 
-async def post_webhook(gw: RunningGateway, token: str) -> None:
-    async with httpx2.AsyncClient() as http:
-        assert (await http.post(f"{gw.base}/webhooks/resource-updated/{token}")).status_code == 200
-
-
 async def told(subs: dict[str, Subscription], gw: RunningGateway) -> dict[str, list[str]]:
     """Fire the sentinel, then return what each person was told before it."""
-    await post_webhook(gw, "notice")
+    assert await gw.post_webhook("notice") == 200
     out: dict[str, list[str]] = {}
     for who, sub in subs.items():
         out[who] = []
@@ -119,14 +113,14 @@ async def test_each_person_is_told_only_about_their_own_inbox(
 @ERAS
 async def test_a_subject_id_field_on_a_resource_names_who_is_told(running: RunningGateway, mode: str) -> None:
     async with everyone(running, mode, [DESK]) as subs:
-        await post_webhook(running, "desk")
+        assert await running.post_webhook("desk") == 200
         assert await told(subs, running) == {"alice": [DESK], "bob": [], "carol": []}
 
 
 @ERAS
 async def test_a_cel_filter_tells_only_the_matching_group(running: RunningGateway, mode: str) -> None:
     async with everyone(running, mode, [LEDGER]) as subs:
-        await post_webhook(running, "ledger")
+        assert await running.post_webhook("ledger") == 200
         # bob is verified but not in finance; carol is in finance but not verified.
         assert await told(subs, running) == {"alice": [LEDGER], "bob": [], "carol": []}
 
@@ -138,7 +132,7 @@ async def test_an_evaluation_error_fails_closed_for_that_subscriber_while_others
     caplog.set_level(logging.WARNING, logger="mcpg_gateway.policy")
     async with everyone(running, mode, [BOARD]) as subs:
         for _ in range(2):
-            await post_webhook(running, "board")
+            assert await running.post_webhook("board") == 200
             assert await told(subs, running) == {"alice": [BOARD], "bob": [BOARD], "carol": []}
     assert running.gw.metrics.policy_errors.labels("notification_filter", "not_found")._value.get() == 2
     [logged] = [r.getMessage() for r in caplog.records]  # once per cause, however often it fails

@@ -49,14 +49,9 @@ async def running(gateway_factory: GatewayFactory, upstream: Upstream, clock: Ma
     return await gateway_factory(config(upstream), clock=clock)
 
 
-async def post(gw: RunningGateway, token: str) -> int:
-    async with httpx2.AsyncClient() as http:
-        return (await http.post(f"{gw.base}/webhooks/resource-updated/{token}")).status_code
-
-
 async def nothing_else_pending(gw: RunningGateway, sub: Watching) -> None:
     """Fire the sentinel and prove that nothing was told before it (no sleep: an event after the fact)."""
-    assert await post(gw, SENTINEL_TOKEN) == 200
+    assert await gw.post_webhook(SENTINEL_TOKEN) == 200
     assert (await sub.next()).uri == SENTINEL_URI
     assert sub.notes.empty()
 
@@ -83,8 +78,8 @@ async def test_a_refused_configuration_leaves_the_one_served_in_place_and_is_ack
         assert ack.refused is not None
         assert ack.refused.digest == digests.document(bad)
         assert [p.path for p in ack.refused.problems] == ["mcp.capabilities.resources[1].name"]
-        assert await post(running, "tok-2") == 404  # nothing of it was applied
-        assert await post(running, "tok-1") == 200
+        assert await running.post_webhook("tok-2") == 404  # nothing of it was applied
+        assert await running.post_webhook("tok-1") == 200
         assert (await sub.next()).uri == HOOK  # on the same session or stream
         assert offers(running, "refused") == 1
 
@@ -122,7 +117,7 @@ async def test_a_restart_only_field_is_acknowledged_as_pending_and_the_rest_appl
     assert ack.serving is not None
     assert ack.serving.digest == digests.document(later)
     assert ack.restart_pending == ["gateway.limits.connections"]
-    assert await post(running, "tok-2") == 200
+    assert await running.post_webhook("tok-2") == 200
 
 
 # --- watchers: kept, restarted, ended ----------------------------------------------------------------------------
@@ -209,10 +204,10 @@ async def test_a_rotated_webhook_token_routes_at_once_and_the_replaced_one_until
     async with watching(running.mcp_url, mode, [HOOK, SENTINEL_URI]) as sub:
         watcher = running.gw.fanout.watcher(HOOK)
         await running.reconfigure(config(upstream, token="tok-2", hook={"previous_tokens": ["tok-1"]}))
-        assert (await post(running, "tok-2"), await post(running, "tok-1")) == (200, 200)
+        assert (await running.post_webhook("tok-2"), await running.post_webhook("tok-1")) == (200, 200)
         assert [(await sub.next()).uri, (await sub.next()).uri] == [HOOK, HOOK]
         await running.reconfigure(config(upstream, token="tok-2"))
-        assert (await post(running, "tok-1"), await post(running, "tok-2")) == (404, 200)
+        assert (await running.post_webhook("tok-1"), await running.post_webhook("tok-2")) == (404, 200)
         assert (await sub.next()).uri == HOOK
         assert running.gw.fanout.watcher(HOOK) is watcher  # tokens route to a watcher; they are not its source
         await nothing_else_pending(running, sub)

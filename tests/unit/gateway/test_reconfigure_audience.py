@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import httpx2
 import pytest
 
 from mcpg_gateway.sdk.protocol import SUBSCRIPTION_ID_META_KEY
@@ -50,14 +49,9 @@ async def running(gateway_factory: GatewayFactory) -> RunningGateway:
     return await gateway_factory(config())
 
 
-async def post(gw: RunningGateway, token: str) -> int:
-    async with httpx2.AsyncClient() as http:
-        return (await http.post(f"{gw.base}/webhooks/resource-updated/{token}")).status_code
-
-
 async def no_list_change(gw: RunningGateway, sub: Watching) -> None:
     """The sentinel's notification arrives on the same stream after anything written before it: no list change."""
-    assert await post(gw, SENTINEL_TOKEN) == 200
+    assert await gw.post_webhook(SENTINEL_TOKEN) == 200
     assert (await sub.next()).uri == SENTINEL_URI
     assert sub.list_changes.empty()
 
@@ -107,7 +101,7 @@ async def test_a_principal_added_changes_nothing_for_the_others(gateway_factory:
     async with watching(running.mcp_url, "legacy", [SENTINEL_URI, HOOK], ALICE, list_changed=True) as sub:
         await running.reconfigure(config(people=("alice", "bob")))
         async with watching(running.mcp_url, "listen", [HOOK], BOB) as bob:
-            assert await post(running, "tok-hook") == 200
+            assert await running.post_webhook("tok-hook") == 200
             assert ((await sub.next()).uri, (await bob.next()).uri) == (HOOK, HOOK)
         await no_list_change(running, sub)
 
@@ -141,7 +135,7 @@ async def test_a_removed_principal_s_sessions_end_and_the_others_stay(running: R
         watcher = running.gw.fanout.watcher(HOOK)
         assert watcher is not None
         assert {s.principal_id for s in watcher.subscribers} == {"alice"}
-        assert await post(running, "tok-hook") == 200
+        assert await running.post_webhook("tok-hook") == 200
         assert (await alice.next()).uri == HOOK
         await no_list_change(running, alice)  # alice's list did not change
 
@@ -163,8 +157,8 @@ async def test_a_read_policy_that_now_denies_a_held_uri_ends_that_one_only_on_a_
     async with watching(running.mcp_url, "legacy", [SECRET, HOOK, SENTINEL_URI], ALICE) as sub:
         await running.reconfigure(config(secret(ONLY_BOB)))
         assert (await _next(sub)) == {}  # the secret resource left alice's list
-        assert await post(running, "tok-secret") == 200
-        assert await post(running, "tok-hook") == 200
+        assert await running.post_webhook("tok-secret") == 200
+        assert await running.post_webhook("tok-hook") == 200
         assert (await sub.next()).uri == HOOK  # the secret one was not told
         await no_list_change(running, sub)
 

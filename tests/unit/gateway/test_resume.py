@@ -8,7 +8,6 @@ arriving first on the same stream.
 
 from __future__ import annotations
 
-import httpx2
 import mcp.types as types
 import pytest
 from mcp.shared.exceptions import MCPError
@@ -37,14 +36,9 @@ async def running(gateway_factory: GatewayFactory, upstream: Upstream, clock: Ma
     return await gateway_factory(config(upstream), clock=clock)
 
 
-async def post(gw: RunningGateway, token: str) -> None:
-    async with httpx2.AsyncClient() as http:
-        assert (await http.post(f"{gw.base}/webhooks/resource-updated/{token}")).status_code == 200
-
-
 async def told_first(gw: RunningGateway, sub: Watching) -> list[str]:
     """What the subscriber was told before the sentinel fired now (each URI in arrival order)."""
-    await post(gw, SENTINEL_TOKEN)
+    assert await gw.post_webhook(SENTINEL_TOKEN) == 200
     told = []
     while (note := await sub.next()).uri != SENTINEL_URI:
         told.append(note.uri)
@@ -54,7 +48,7 @@ async def told_first(gw: RunningGateway, sub: Watching) -> list[str]:
 async def last_states(gw: RunningGateway, mode: str, clock: ManualClock, upstream: Upstream) -> dict[str, str]:
     """Subscribe, be told of each URI once, and leave: the last token seen of each."""
     async with watching(gw.mcp_url, mode, [HOOK, POLLED]) as sub:
-        await post(gw, "tok")
+        assert await gw.post_webhook("tok") == 200
         upstream.set("/notes", '{"v": 2}')
         await clock.tick()
         notes = {n.uri: n.state for n in [await sub.next(), await sub.next()]}
@@ -67,9 +61,9 @@ async def test_every_notification_carries_its_uri_s_state_and_a_new_fire_a_new_o
     running: RunningGateway, mode: str
 ) -> None:
     async with watching(running.mcp_url, mode, [HOOK]) as sub:
-        await post(running, "tok")
+        assert await running.post_webhook("tok") == 200
         first = (await sub.next()).state
-        await post(running, "tok")
+        assert await running.post_webhook("tok") == 200
         assert first != (await sub.next()).state
 
 
@@ -78,7 +72,7 @@ async def test_coming_back_with_the_states_seen_is_told_only_of_what_moved_meanw
     running: RunningGateway, upstream: Upstream, clock: ManualClock, mode: str
 ) -> None:
     seen = await last_states(running, mode, clock, upstream)
-    await post(running, "tok")  # while nobody listens
+    assert await running.post_webhook("tok") == 200  # while nobody listens
     async with watching(running.mcp_url, mode, [HOOK, POLLED, SENTINEL_URI], states=seen) as sub:
         assert await told_first(running, sub) == [HOOK]  # the content of the polled one is what was seen
 
