@@ -18,6 +18,7 @@ principal are ended (as a DELETE would), which is the one step that awaits.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import time
@@ -80,14 +81,12 @@ class Reconfigurer:
     async def offer(self, document: Mapping[str, Any], source: str, resource_version: str | None = None) -> Outcome:
         """Apply `document` unless it is refused or already served; then end a removed principal's sessions."""
         outcome, ending = self.apply(document, source, resource_version)
-        ended = 0
+        if not ending or self._sessions is None:
+            return outcome
         for session_id in ending:
-            if self._sessions is not None:
-                await self._sessions.end(session_id)
-                ended += 1
-        if ended:
-            logger.info("configuration %s: %d session(s) of removed principals ended", outcome.digest[:12], ended)
-        return Outcome(**{**_fields(outcome), "sessions_ended": ended})
+            await self._sessions.end(session_id)
+        logger.info("configuration %s: %d session(s) of removed principals ended", outcome.digest[:12], len(ending))
+        return dataclasses.replace(outcome, sessions_ended=len(ending))
 
     def apply(
         self, document: Mapping[str, Any], source: str, resource_version: str | None = None
@@ -223,10 +222,6 @@ class _Audience:
             if principal is not None:
                 out[pid] = principal
         return out
-
-
-def _fields(outcome: Outcome) -> dict[str, Any]:
-    return {name: getattr(outcome, name) for name in Outcome.__slots__}
 
 
 def _short(applied: served.Applied | None) -> str:
