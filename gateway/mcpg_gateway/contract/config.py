@@ -25,7 +25,7 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails
 
-from mcpg_gateway.contract import pointers, templates, uris
+from mcpg_gateway.contract import pointers, signing, templates, uris
 
 POLL_FLOOR_MS = 10_000
 """No poll-shaped watch runs more often than this: a misconfigured watcher cannot hammer a backend."""
@@ -139,6 +139,9 @@ class WebhookStrategy(_Model):
     file never holds it. Empty: the gateway generates one for the run and shows it in `GET /admin/v1/webhooks`."""
     previous_tokens: list[SecretStr] = Field(default_factory=list)
     """Replaced tokens still accepted, so senders that have not switched yet are not refused during a rotation."""
+    signature: signing.WebhookSignature | None = None
+    """Also require the sender's signature (`standard-webhooks`, `github`, `stripe`, `slack`, `gitlab`, `hmac`):
+    the token then only routes, and the signing secret is the credential. Unset: the token alone is."""
 
     @staticmethod
     def token_problem(token: str) -> str | None:
