@@ -9,7 +9,8 @@ Module map (a request's path through it, top to bottom):
                     check: the whole question; templates: URI templates, matched in linear time; uris: the one
                     canonical spelling, the length cap, what a variable may hold; pointers: the JSON Pointers of
                     watch.strategy.ignore; errors: Problem, ConfigError; digests: of a document, its entries and
-                    its restart-only fields; acknowledgement: what a process says it serves, as both programs read it)
+                    its restart-only fields; acknowledgement: what a process says it serves, as both programs read it;
+                    signing: a webhook's signature block, the schemes and which secrets each takes)
     sdk/            the one door to the MCP SDK: protocol versions and codes, how it reads a request, the session
                     manager, session owners, a connection's scratch, auth, what each era advertises (its own map)
     servers         the two HTTP servers and the MCP session manager, started and stopped in order
@@ -30,6 +31,8 @@ Module map (a request's path through it, top to bottom):
     identity        bearer tokens to principals, through the MCP SDK's auth hooks
     mcp_handlers    list, read, subscribe (handshake era) and subscriptions/listen (2026-07-28), through the fan-out
     webhook_route   POST /webhooks/resource-updated/{token}: the route (its token index is the webhook strategy's)
+    signatures      a signed delivery verified, each scheme as its provider publishes it; pure
+    replays         a signed delivery id fires once: remembered here and, on a bus, claimed in a shared bucket
     gateway         `Gateway`: everything below wired once from a configuration; readiness, start and stop
     catalog         which entry serves a concrete URI (resources, templates and their variables)
     policy          read policies and notification filters, evaluated fail-closed
@@ -40,7 +43,7 @@ Module map (a request's path through it, top to bottom):
                     writers), frames, streams, eager
     bus             N gateways as one (gateway.bus): fires published once on NATS, told by every process
     ownership       pull watches read by one gateway for all: leases, stored state, handover, self-fencing
-    buckets         the bus's key-value buckets (<bucket>-owners, <bucket>-state), created if missing
+    buckets         the bus's key-value buckets (<bucket>-owners, -state, -deliveries), created if missing
     peers           what the other gateways on the bus say of their event sources, which /readyz weighs
     upstream_pauses after a 429, every read of that upstream with the same credentials waits out its pause
     strategies/     base, poll, nats_topic, postgres_listen_notify, sql_polling (+ sql_values, its state as text;

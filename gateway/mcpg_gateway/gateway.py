@@ -40,6 +40,7 @@ from mcpg_gateway import (
     peers,
     policy,
     reader,
+    replays,
     served,
     strategies,
 )
@@ -110,6 +111,8 @@ class Gateway:
         """The clients the watches of one strategy type share (the NATS connections of nats_topic), by type."""
         self.liveness = liveness.Rules.from_config(cfg.gateway.liveness)
         self.bus = self._bus(cfg.gateway.bus)
+        self.deliveries = replays.Deliveries(self.bus)
+        """The signed webhook deliveries let through lately, so a replay fires nothing (`replays.py`)."""
         entries = len(cfg.mcp.capabilities.resources) + len(cfg.mcp.capabilities.resource_templates)
         self.peers = peers.Peers(self.bus.instance, self.liveness, entries) if self.bus is not None else None
         """What the other gateways on the bus say about their event sources (`peers.py`), for /readyz."""

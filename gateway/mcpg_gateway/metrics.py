@@ -53,6 +53,13 @@ class Metrics:
         self.webhook_requests = Counter(
             "mcpg_webhook_requests_total", "Webhook requests by result", ["result"], registry=r
         )
+        self.webhook_signatures = Counter(
+            "mcpg_webhook_signatures_total",
+            "Signed webhook deliveries by scheme and by the check that decided them (ok, missing_header, "
+            "malformed_header, stale_timestamp, bad_signature, replay)",
+            ["scheme", "check"],
+            registry=r,
+        )
         self.subscribers = Gauge(
             "mcpg_subscribers", "Open subscribers (legacy sessions and listen streams)", ["kind"], registry=r
         )

@@ -59,7 +59,9 @@ def build(gw: Gateway, manager: managers.SessionManager) -> ASGIApp:
         await gw.announce(uri, "webhook")
 
     server = lambda: gw.config.gateway.server  # noqa: E731
-    return webhook_route.WebhookRoute(gw.webhooks, fire, server, gw.metrics.webhook_requests, Starlette(routes=routes))
+    counters = webhook_route.Counters(gw.metrics.webhook_requests, gw.metrics.webhook_signatures)
+    app = Starlette(routes=routes)
+    return webhook_route.WebhookRoute(gw.webhooks, fire, server, counters, app, gw.deliveries)
 
 
 async def _healthz(request: Request) -> Response:

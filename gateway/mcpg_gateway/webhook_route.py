@@ -4,8 +4,12 @@ The token index and the passive watch are the webhook strategy's (`strategies/we
 side only. The route is a plain ASGI app in front of the public Starlette app, answering all of `/webhooks/` in JSON
 (the Origin rule is `origins.py`'s; request framing and head limits are `connections.py`'s). It is the gateway's
 hottest path (every upstream change arrives here) and needs nothing a framework adds; Starlette's router and
-middleware cost more than the handler itself (see docs/performance-notes.md). The body is consumed up to a
-small bound and never used: only the token in the path selects the resource.
+middleware cost more than the handler itself (see docs/performance-notes.md). Only the token in the path selects
+the resource. Without a `signature` block the body is consumed up to a small bound and never used; with one it
+is read up to that block's bound, verified (`signatures.py`), and dropped: a notification carries only the URI.
+A delivery that fails verification is answered 401 naming the check that failed, never which secret; a signed
+delivery id seen before is refused as a replay (`replays.py`), and forgotten again if the fire cannot go out,
+so the sender's retry is let through.
 
 On a bus the route announces the fire to every gateway; when the bus cannot take it the route answers 503
 (the sender retries) rather than 200 for a change only this process's subscribers would hear of.
@@ -14,17 +18,19 @@ On a bus the route announces the fire to every gateway; when the bus cannot take
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry.trace import Span, SpanKind
 from prometheus_client import Counter
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mcpg_gateway import origins, tracing
+from mcpg_gateway import origins, replays, signatures, tracing
 from mcpg_gateway.contract import config
 from mcpg_gateway.errors import BusUnavailableError
-from mcpg_gateway.strategies.webhook import TokenIndex
+from mcpg_gateway.strategies.webhook import Route, TokenIndex
 
 PREFIX = "/webhooks/resource-updated/"
 NAMESPACE = "/webhooks/"
@@ -34,6 +40,15 @@ ROUTE = PREFIX + "{token}"
 SPAN = f"POST {ROUTE}"
 """The webhook span's name, as OpenTelemetry's HTTP conventions name a server span: the method and the route."""
 SPAN_ATTRIBUTES = {"http.request.method": "POST", "http.route": ROUTE, tracing.STRATEGY: "webhook"}
+
+
+@dataclass(frozen=True, slots=True)
+class Counters:
+    """The route's metrics: every request by result, and every signed delivery by scheme and check."""
+
+    requests: Counter
+    signatures: Counter
+
 
 Fire = Callable[[str], Awaitable[None]]
 """Tell the subscribers of a URI that it changed; raises `BusUnavailableError` when that cannot reach them all."""
@@ -47,15 +62,22 @@ class WebhookRoute:
         index: TokenIndex,
         fire: Fire,
         server: Callable[[], config.ServerConfig],
-        requests: Counter,
+        counters: Counters,
         fallback: ASGIApp,
+        deliveries: replays.Deliveries | None = None,
     ) -> None:
-        """`index` is swapped in place by a new configuration; `server`: its `gateway.server`, asked per request."""
+        """`index` is swapped in place by a new configuration; `server`: its `gateway.server`, asked per request;
+        `deliveries`: the signed delivery ids seen (a process of its own without a bus when not given)."""
         self.index, self.fire, self.server, self.fallback = index, fire, server, fallback
+        self.deliveries = deliveries if deliveries is not None else replays.Deliveries(None)  # it has a len()
+        requests = counters.requests
         # Label children resolved once: a labels() lookup per request is measurable on this path.
         self.ok, self.unknown = requests.labels("ok"), requests.labels("unknown_token")
         self.forbidden, self.too_large = requests.labels("forbidden_origin"), requests.labels("too_large")
-        self.bus_unavailable = requests.labels("bus_unavailable")
+        self.bus_unavailable, self.unsigned = requests.labels("bus_unavailable"), requests.labels("signature_refused")
+        self._signatures = counters.signatures
+        self._checked: dict[tuple[str, str], Any] = {}
+        """Label children of the signature counter by (scheme, check), resolved on first use (see above)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not scope["path"].startswith(NAMESPACE):
@@ -85,37 +107,76 @@ class WebhookRoute:
         if not origins.allowed(scope["headers"], server.allowed_origins):
             self.forbidden.inc()
             return 403, origins.REFUSAL
-        if not await _body_within(headers.get(b"content-length"), receive, server.max_webhook_body_bytes):
-            self.too_large.inc()
-            return 413, {"error": "request body too large"}
         route = self.index.lookup(scope["path"][len(PREFIX) :])
+        verifier = route.verifier if route is not None else None
+        limit = verifier.max_body_bytes if verifier is not None else server.max_webhook_body_bytes
+        body = await _body_within(headers.get(b"content-length"), receive, limit, keep=verifier is not None)
+        if body is None:
+            self.too_large.inc()
+            return 413, {"error": f"request body too large (at most {limit} bytes)"}
         if route is None:
             self.unknown.inc()
             return 404, {"error": "unknown webhook token"}
         span.set_attributes({tracing.URI: route.uri, tracing.WATCH: route.name})
+        if verifier is None:
+            return await self._fire(route.uri)
+        return await self._signed(route, verifier, headers, body)
+
+    async def _signed(
+        self, route: Route, verifier: signatures.Verifier, headers: dict[bytes, bytes], body: bytes
+    ) -> tuple[int, dict[str, Any]]:
+        """Fire a signed delivery once its signature verifies and its id (if the scheme signs one) is new."""
+        verdict = verifier.verify(headers, body, time.time())
+        if verdict.ok and verdict.delivery_id is not None:
+            try:
+                fresh = await self.deliveries.first(route.uri, verdict.delivery_id, 2.0 * verifier.tolerance_s)
+            except BusUnavailableError as e:
+                self.bus_unavailable.inc()
+                return 503, {"error": f"{e}; retry later"}
+            if not fresh:
+                verdict = signatures.Verdict("replay", "this delivery id was let through before; it fires once")
+        self._counted(verifier.scheme, verdict.check).inc()
+        if not verdict.ok:
+            self.unsigned.inc()
+            return 401, {"error": f"signature check failed: {verdict.detail}", "check": verdict.check}
+        status, answer = await self._fire(route.uri)
+        if status != 200 and verdict.delivery_id is not None:
+            await self.deliveries.forget(route.uri, verdict.delivery_id)
+        return status, answer
+
+    def _counted(self, scheme: str, check: str) -> Any:
+        child = self._checked.get((scheme, check))
+        if child is None:
+            child = self._checked[scheme, check] = self._signatures.labels(scheme, check)
+        return child
+
+    async def _fire(self, uri: str) -> tuple[int, dict[str, Any]]:
         try:
-            await self.fire(route.uri)
+            await self.fire(uri)
         except BusUnavailableError as e:
             self.bus_unavailable.inc()
             return 503, {"error": f"{e}; retry later"}
         self.ok.inc()
-        return 200, {"ok": True, "uri": route.uri}
+        return 200, {"ok": True, "uri": uri}
 
 
-async def _body_within(declared: bytes | None, receive: Receive, limit: int) -> bool:
-    """Consume (and discard) the body, stopping as soon as it exceeds `limit`; never buffers it."""
+async def _body_within(declared: bytes | None, receive: Receive, limit: int, keep: bool) -> bytes | None:
+    """The body (empty unless `keep`), or None as soon as it exceeds `limit`; a discarded body is never buffered."""
     if declared is not None and _declares_over(declared, limit):
-        return False
-    seen = 0
+        return None
+    seen, parts = 0, list[bytes]()
     while True:
         message = await receive()
         if message["type"] != "http.request":
-            return True  # the client went away; nothing to answer
-        seen += len(message.get("body", b""))
+            return b"".join(parts)  # the client went away; nothing to answer
+        chunk = message.get("body", b"")
+        seen += len(chunk)
         if seen > limit:
-            return False
+            return None
+        if keep:
+            parts.append(chunk)
         if not message.get("more_body", False):
-            return True
+            return b"".join(parts)
 
 
 def _declares_over(declared: bytes, limit: int) -> bool:

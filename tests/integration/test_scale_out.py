@@ -11,6 +11,7 @@ The cluster, its clients and the waits are `mcpg_testing.scaleout`; the upstream
 from __future__ import annotations
 
 import asyncio
+import datetime
 import secrets
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from standardwebhooks.webhooks import Webhook
 
 from mcpg_gateway.contract import digests
 from mcpg_operator import bus
@@ -32,6 +34,8 @@ from mcpg_testing.scaleout import (
     ORDERS_TOKEN,
     POLL_BOUND_S,
     RECONNECT_BOUND_S,
+    SIGNED,
+    SIGNING_SECRET,
     Cluster,
     P,
     Q,
@@ -43,6 +47,7 @@ from mcpg_testing.scaleout import (
     kill,
     owners,
     post,
+    post_signed,
     running_cluster,
     running_nats,
     serving,
@@ -158,6 +163,28 @@ async def test_a_polled_backend_moved_in_place_is_told_once_to_every_subscriber_
             await serving(gw, digests.document(moved[name]))
         await all_told(everyone, P, POLL_BOUND_S)
         await assert_only_sentinel_arrives(cluster.gateways[2], everyone)
+
+
+# --- a signed delivery fires once, whichever processes it reaches ------------------------------------------------
+
+
+async def test_a_signed_delivery_handed_to_every_process_at_once_fires_once_and_is_a_replay_for_the_others(
+    cluster: Cluster,
+) -> None:
+    async with subscribers_everywhere(cluster, [SIGNED, SENTINEL_URI]) as everyone:
+        msg_id, now = f"msg_{secrets.token_hex(8)}", datetime.datetime.now(tz=datetime.UTC)
+        body = b'{"type":"order.updated"}'
+        headers = {
+            "webhook-id": msg_id,
+            "webhook-timestamp": str(int(now.timestamp())),
+            "webhook-signature": Webhook(SIGNING_SECRET).sign(msg_id, now, body.decode()),
+        }
+        answers = await asyncio.gather(*(post_signed(gw, body, headers) for gw in cluster.gateways))
+
+        assert sorted(a.status_code for a in answers) == [200, 401, 401], [a.text for a in answers]
+        assert [a.json()["check"] for a in answers if a.status_code == 401] == ["replay", "replay"]
+        await all_told(everyone, SIGNED)
+        await assert_only_sentinel_arrives(cluster.gateways[0], everyone)  # told once, not three times
 
 
 # --- the bus goes away and comes back --------------------------------------------------------------------------

@@ -1,9 +1,10 @@
 """webhook: the passive strategy, and the token index that says which resource a presented token fires.
 
 A webhook watch waits; the route (`webhook_route.py`, in the HTTP layer) looks the token in the path up here and
-fires the URI it selects. The index keys tokens (current and `previous_tokens`) by SHA-256 digest, so a lookup
-hashes the presented token first and compares digests, and the time it takes says nothing of how much of a real
-token was guessed.
+fires the URI it selects, once the delivery's signature verifies when the watch requires one (the route's
+`verifier`, built here once per configuration so its keys are decoded once). The index keys tokens (current and
+`previous_tokens`) by SHA-256 digest, so a lookup hashes the presented token first and compares digests, and the
+time it takes says nothing of how much of a real token was guessed.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from mcpg_gateway import signatures
 from mcpg_gateway.contract import config
 from mcpg_gateway.strategies import base
 
@@ -27,6 +29,8 @@ class Route:
     name: str
     generated_token: str | None = None
     """Set only when the config left the token empty and the gateway made one up (shown in the admin API)."""
+    verifier: signatures.Verifier | None = None
+    """The watch's `signature` block, ready to verify; None: the token alone fires it."""
 
 
 def digest(token: str) -> bytes:
@@ -77,10 +81,11 @@ def build_index(resources: list[config.ResourceConfig], generated: Mapping[str, 
             continue
         strategy = res.watch.strategy
         token = strategy.token.get_secret_value()
-        route = Route(res.uri, res.name)
+        verifier = signatures.Verifier(strategy.signature) if strategy.signature is not None else None
+        route = Route(res.uri, res.name, verifier=verifier)
         if not token:
             token = (generated or {}).get(res.uri) or _made_up(res.name)
-            route = Route(res.uri, res.name, generated_token=token)
+            route = Route(res.uri, res.name, generated_token=token, verifier=verifier)
         index.add(token, route)
         for old in strategy.previous_tokens:
             if old.get_secret_value():

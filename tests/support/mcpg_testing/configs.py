@@ -68,3 +68,16 @@ def bus_section(url: str, user: str, password_env: str, name: str, **fields: Any
         "bucket": name,
         **fields,
     }
+
+
+EXAMPLE_ENV = {
+    "GOOGLE_TOKEN": "g-secret",
+    "REPORTS_WEBHOOK_TOKEN": "new-token",
+    "REPORTS_WEBHOOK_TOKEN_OLD": "old-token",
+    "QUICKSTART_WEBHOOK_TOKEN": "quick-token",
+    "HOOK_TOKEN": "hook-token",
+    "STANDARD_WEBHOOKS_SECRET": "whsec_" + "A" * 44,  # 33 bytes of base64: within the specification's bounds
+    "STANDARD_WEBHOOKS_SECRET_OLD": "",
+    **{f"{scheme}_SECRET": f"{scheme.lower()}-secret" for scheme in ("GITHUB", "STRIPE", "SLACK", "GITLAB", "HMAC")},
+}
+"""What every example under examples/gateway/ reads from the environment, for tests that load them all."""

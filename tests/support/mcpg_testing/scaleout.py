@@ -9,8 +9,10 @@ process read what. `subscribers_everywhere()` puts clients of both eras on every
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import hashlib
+import secrets
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -44,6 +46,9 @@ INSTANCES = ("gw-0", "gw-1", "gw-2")
 ORDERS, ORDERS_TOKEN = "orders://feed", "orders-token"
 AUDIT, AUDIT_TOKEN = "audit://log", "audit-token"
 """A webhook nobody subscribes to: posted while the bus is down, so no fire of it can reach a subscriber later."""
+SIGNED, SIGNED_TOKEN = "orders://signed", "signed-token"
+SIGNING_SECRET = "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+"""A webhook that also needs a Standard Webhooks signature with this secret; a replay is refused on every process."""
 P, Q = "report://p", "report://q"
 PASSWORD_ENV = "MCPG_BUS_PASSWORD"
 BUCKET = "mcpg"
@@ -66,11 +71,15 @@ def polled(name: str, uri: str, upstream: str, instance: str) -> dict[str, Any]:
     return resource(name, uri, f"{upstream}/{name}", strategy, headers={READER: instance})
 
 
+SIGNATURE = {"scheme": "standard-webhooks", "secrets": [SIGNING_SECRET]}
+
+
 def member_config(instance: str, upstream: str, bus_block: dict[str, Any]) -> dict[str, Any]:
     """One process's configuration: the shared one, plus its own bus instance name and reader header."""
     raw = gateway_config(
         watched("orders", ORDERS, {"type": "webhook", "token": ORDERS_TOKEN}),
         watched("audit", AUDIT, {"type": "webhook", "token": AUDIT_TOKEN}),
+        watched("signed", SIGNED, {"type": "webhook", "token": SIGNED_TOKEN, "signature": SIGNATURE}),
         polled("p", P, upstream, instance),
         polled("q", Q, upstream, instance),
         sentinel(),
@@ -202,6 +211,12 @@ async def post(gw: programs.GatewayProcess, token: str) -> httpx2.Response:
     """POST the webhook of `token` to `gw`."""
     async with httpx2.AsyncClient(timeout=BOUND_S) as http:
         return await http.post(f"{gw.base}/webhooks/resource-updated/{token}")
+
+
+async def post_signed(gw: programs.GatewayProcess, body: bytes, headers: Mapping[str, str]) -> httpx2.Response:
+    """POST a signed delivery to `gw`'s signed webhook."""
+    async with httpx2.AsyncClient(timeout=BOUND_S) as http:
+        return await http.post(f"{gw.base}/webhooks/resource-updated/{SIGNED_TOKEN}", content=body, headers=headers)
 
 
 async def assert_refused(gw: programs.GatewayProcess, token: str) -> None:

@@ -347,7 +347,7 @@ async def test_without_jetstream_the_buckets_are_reported_once_clearly_and_webho
         assert the_bus is not None
         async with asyncio.timeout(BOUND_S):
             await the_bus.until(lambda: the_bus.buckets_error is not None)
-        assert f"{setup.name}-owners and {setup.name}-state" in (the_bus.buckets_error or "")
+        assert f"{setup.name}-owners, {setup.name}-state and {setup.name}-deliveries" in (the_bus.buckets_error or "")
         assert [r.levelname for r in caplog.records if "key-value buckets" in r.getMessage()].count("ERROR") >= 1
         assert sample(gws[0], "mcpg_bus_buckets_ready") == 0
         async with subscribers(gws, ["legacy", "listen"], [HOOK, SENTINEL_URI]) as subs:

@@ -10,14 +10,9 @@ from pydantic import ValidationError
 
 from mcpg_gateway.contract import check, config
 from mcpg_gateway.contract.errors import ConfigError, Problem
+from mcpg_testing.configs import EXAMPLE_ENV
 
 EXAMPLES = Path(__file__).parents[3] / "examples" / "gateway"
-EXAMPLE_ENV = {
-    "GOOGLE_TOKEN": "g-secret",
-    "REPORTS_WEBHOOK_TOKEN": "new-token",
-    "REPORTS_WEBHOOK_TOKEN_OLD": "old-token",
-    "QUICKSTART_WEBHOOK_TOKEN": "quick-token",
-}
 
 
 def problems(raw: dict[str, Any], env: dict[str, str] | None = None) -> list[str]:

@@ -15,7 +15,7 @@ from mcpg_gateway import errors
 from mcpg_gateway.contract import cel, check
 from mcpg_gateway.contract.errors import ConfigError
 from mcpg_testing.clients import ERAS, connected, refusal, subscribed
-from mcpg_testing.configs import bearer, gateway_config, principal, resource
+from mcpg_testing.configs import EXAMPLE_ENV, bearer, gateway_config, principal, resource
 from mcpg_testing.gateways import GatewayFactory, RunningGateway
 from mcpg_testing.upstream import Upstream
 
@@ -211,8 +211,7 @@ def test_the_cli_refuses_to_start_on_a_broken_expression(tmp_path: Path, capsys:
 
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
 def test_every_example_expression_compiles(path: Path) -> None:
-    env = {"GOOGLE_TOKEN": "g", "REPORTS_WEBHOOK_TOKEN": "n", "REPORTS_WEBHOOK_TOKEN_OLD": "o"}
-    cfg = check.load_file(path, environ={**env, "QUICKSTART_WEBHOOK_TOKEN": "q"})
+    cfg = check.load_file(path, environ=EXAMPLE_ENV)
     expressions = cel.compile_all(cfg.mcp.capabilities)
     sources = [e.read_policy for e in [*cfg.mcp.capabilities.resources, *cfg.mcp.capabilities.resource_templates]]
     assert len(expressions.read_policies) == sum(source is not None for source in sources)
