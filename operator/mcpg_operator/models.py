@@ -16,7 +16,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from mcpg_gateway.contract import config
+from mcpg_gateway.contract import config, signing
 from mcpg_operator import conditions
 from mcpg_operator import schema_markers as sm
 from mcpg_operator.api_types import NAME_MAX, DataKey, Int32, Int64, ObjectName, Timestamp
@@ -117,14 +117,84 @@ class LocalRef(_Spec):
     """The object's name."""
 
 
+_SIGNATURE = signing.WebhookSignature
+HEADER_NAME_PATTERN = r"^[-!#$%&'*+.^_`|~0-9A-Za-z]+$"
+"""RFC 9110 `tchar`s, as the contract checks a header's name (`signing.HEADER_NAME_CHARS`)."""
+
+
+class WebhookHmacSpec(_Spec):
+    """Where the generic `hmac` scheme finds the signature, and how it is made; for scheme hmac only."""
+
+    crd_rules: ClassVar[tuple[sm.Rule, ...]] = (
+        sm.Rule("has(self.header)", "hmac.header: scheme hmac needs the header that carries the signature"),
+    )
+    header: Annotated[str, sm.Unlisted()] = Field(
+        min_length=1,
+        max_length=256,
+        pattern=HEADER_NAME_PATTERN,
+        examples=["X-Signature"],
+        description=described_as(_SIGNATURE, "header"),
+    )
+    algorithm: Literal["sha256", "sha512"] | None = mirrored(_SIGNATURE, "algorithm")
+    encoding: Literal["hex", "base64"] | None = mirrored(_SIGNATURE, "encoding")
+    prefix: str | None = mirrored(_SIGNATURE, "prefix", examples=["sha256="])
+
+
+HMAC_ONLY_MESSAGE = "hmac: only for scheme hmac; every other scheme fixes its header, algorithm and encoding"
+HMAC_NEEDED_MESSAGE = "hmac: scheme hmac needs hmac.header, the request header that carries the signature"
+
+
+class WebhookSignatureSpec(_Spec):
+    """Require every delivery to be signed by its sender, with a signing secret a WebhookToken keeps and rotates."""
+
+    crd_rules: ClassVar[tuple[sm.Rule, ...]] = (
+        sm.Rule(
+            "has(self.secretRef)",
+            "signature needs secretRef naming a WebhookToken in this namespace whose signatureScheme is the scheme",
+        ),
+        sm.Rule("self.scheme != 'hmac' || has(self.hmac)", HMAC_NEEDED_MESSAGE),
+        sm.Rule("self.scheme == 'hmac' || !has(self.hmac)", HMAC_ONLY_MESSAGE),
+    )
+    scheme: signing.Scheme = mirrored(_SIGNATURE, "scheme")
+    secret_ref: Annotated[LocalRef, sm.Unlisted()]
+    """The WebhookToken in this namespace that holds the signing secret: its `signatureScheme` must be this scheme.
+    Its current secret and those still retiring all verify, so a rotation refuses no delivery. One WebhookToken may
+    sign the deliveries of several watches."""
+    tolerance_seconds: int = mirrored(_SIGNATURE, "tolerance_s")
+    max_body_bytes: int | None = mirrored(
+        _SIGNATURE, "max_body_bytes", then="Unset: the gateway's default.", default=None
+    )
+    hmac: WebhookHmacSpec | None = None
+    """Scheme hmac only, and required there: the header that carries the signature, and how it is made."""
+
+    @model_validator(mode="after")
+    def _hmac_with_its_scheme(self) -> WebhookSignatureSpec:
+        if self.scheme == "hmac" and self.hmac is None:
+            raise ValueError(HMAC_NEEDED_MESSAGE)
+        if self.scheme != "hmac" and self.hmac is not None:
+            raise ValueError(HMAC_ONLY_MESSAGE)
+        return self
+
+
 class WebhookSpec(_Spec):
-    """Fire when a sender posts to `/webhooks/resource-updated/{token}` with the token of a WebhookToken."""
+    """Fire when a sender posts to `/webhooks/resource-updated/{token}` with the token of a WebhookToken (and, with
+    `signature`, signs the delivery with a signing secret of another)."""
 
     crd_rules: ClassVar[tuple[sm.Rule, ...]] = (
         sm.Rule("has(self.tokenRef)", "a webhook needs tokenRef naming a WebhookToken in this namespace"),
     )
     token_ref: Annotated[LocalRef, sm.Unlisted()]
-    """The WebhookToken in this namespace whose token (and tokens still retiring) the sender presents."""
+    """The WebhookToken in this namespace whose token (and tokens still retiring) the sender presents: one without
+    `signatureScheme` (a signing secret never travels in a URL path)."""
+    signature: WebhookSignatureSpec | None = Field(
+        default=None,
+        description=described_as(
+            config.WebhookStrategy,
+            "signature",
+            then="With a signature, the token need not be rotated to stay safe: a long-lived token routes, and "
+            "the signing secret (a WebhookToken with `signatureScheme`) is the one to rotate.",
+        ),
+    )
 
 
 class NatsTopicSpec(_Spec):
@@ -302,25 +372,50 @@ class ResourceWatchSpec(_Spec):
 
 
 class WebhookTokenSecretRef(_Spec):
-    """The Secret in this namespace that holds the token."""
+    """The Secret in this namespace that holds the token (or the signing secret)."""
 
     name: ObjectName = Field(examples=["reports-webhook"])
-    """The Secret's name. Edit its token to rotate."""
+    """The Secret's name. Edit its value to rotate."""
     key: DataKey = "token"
-    """The key in the Secret's data holding the token (`token` by default)."""
+    """The key in the Secret's data holding the value (`token` by default)."""
+
+
+SCHEME_FIXED = (
+    "signatureScheme cannot change: the values this WebhookToken holds (current and retiring) keep the role they "
+    "were made for; create another WebhookToken for another role or scheme"
+)
 
 
 class WebhookTokenSpec(_Spec):
-    """Where the token is kept, and how a replaced one is retired."""
+    """Where the token (or signing secret) is kept, and how a replaced one is retired."""
+
+    # A transition rule (it reads oldSelf), so the API server checks it on updates only and the model cannot:
+    # a routing token turned signing secret (or back) would carry its retiring values into the other role.
+    crd_rules: ClassVar[tuple[sm.Rule, ...]] = (
+        sm.Rule(
+            "has(self.signatureScheme) == has(oldSelf.signatureScheme) && "
+            "(!has(self.signatureScheme) || self.signatureScheme == oldSelf.signatureScheme)",
+            SCHEME_FIXED,
+        ),
+    )
 
     secret_ref: WebhookTokenSecretRef
-    """The Secret that holds the current token; the token never appears in this object or its status."""
+    """The Secret that holds the current value; it never appears in this object or its status."""
     generate: bool = False
-    """When the Secret does not exist, create it (owned by this WebhookToken) with a random 256-bit token. Off by
-    default: the WebhookToken waits for the Secret."""
+    """When the Secret does not exist, create it (owned by this WebhookToken) with a random value: a 256-bit token,
+    or with `signatureScheme` a signing secret in that scheme's format (standard-webhooks: `whsec_` and the base64
+    of 32 random bytes; slack: 32 hex digits; the others: 64 hex digits). Off by default: the WebhookToken waits
+    for the Secret."""
     grace_period_seconds: int = Field(default=0, ge=0, le=2_592_000)
-    """Seconds a replaced token stays accepted after every gateway pod has acknowledged a configuration carrying the
+    """Seconds a replaced value stays accepted after every gateway pod has acknowledged a configuration carrying the
     new one (0 by default, at most 30 days), for senders that switch late."""
+    signature_scheme: signing.Scheme | None = Field(
+        default=None,
+        description="Unset (the default): the Secret holds a routing token, presented in the webhook path "
+        "(`tokenRef`). Set: it holds a signing secret for this scheme, which a ResourceWatch's "
+        "`watch.webhook.signature.secretRef` names and which never travels in a URL path; its value is checked as "
+        f"the scheme requires. {described_as(_SIGNATURE, 'scheme')}",
+    )
 
 
 # --- statuses: what the operator writes (statuses.py builds them as dicts; a unit test validates those here) ---------
@@ -403,6 +498,8 @@ class ResourceWatchStatus(_Status):
     )
     webhook_token_secret: str | None = Field(default=None, examples=["reports-webhook/token"])
     """`<secret-name>/<key>` of the Secret holding the token senders present; webhook watches only."""
+    signature_secret: str | None = Field(default=None, examples=["reports-signing/token"])
+    """`<secret-name>/<key>` of the Secret holding the secret senders sign with; signed webhook watches only."""
 
 
 class RetiringToken(_Spec):
@@ -437,7 +534,9 @@ class AcceptedToken(_Spec):
 
 
 class WebhookTokenStatus(_Status):
-    """Where the rotation stands: which token is current, which old ones are still accepted, where senders go."""
+    """Where the rotation stands: which token (or signing secret) is current, which old ones are still accepted,
+    where senders go. A signing secret's status reads as a token's: `currentDigest` is the secret in use, `retiring`
+    those still verifying, all by digest only."""
 
     phase: Literal["Pending", "Rolling", "Retiring", "Ready", "Unused", "Error"] | None = None
     """`Pending`: no token yet (the Secret is missing). `Rolling`: the gateway pods are taking the current token
@@ -462,5 +561,7 @@ class WebhookTokenStatus(_Status):
     gateway: GatewayAddress | None = None
     """Where the namespace's gateway is reached; set while a served watch uses this token."""
     webhook_path: str | None = Field(
-        default=None, description=WEBHOOK_PATH_DESCRIPTION, examples=["/webhooks/resource-updated/{token}"]
+        default=None,
+        description=f"{WEBHOOK_PATH_DESCRIPTION} For a routing token only: a signing secret is never in a path.",
+        examples=["/webhooks/resource-updated/{token}"],
     )

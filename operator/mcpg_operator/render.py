@@ -22,8 +22,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from mcpg_gateway.contract import check, config, digests, documents
-from mcpg_operator import bus, models, objects, observed, rotation
+from mcpg_gateway.contract import check, config, digests, documents, signing
+from mcpg_operator import bus, models, objects, observed, rotation, tokens
 from mcpg_operator import conditions as c
 from mcpg_operator.observed import SecretData
 from mcpg_operator.settings import GatewayDefaults
@@ -32,6 +32,8 @@ logger = logging.getLogger(__name__)
 
 TokenStates = Mapping[str, rotation.TokenState]
 """WebhookToken name -> the rotation state to render its webhooks from."""
+Schemes = Mapping[str, signing.Scheme]
+"""WebhookToken name -> its `signatureScheme`, for those that hold a signing secret (the others hold a token)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,11 +68,21 @@ class Plan:
 
 
 class Unresolved(Exception):
-    """A reference (Secret, key, WebhookToken) is missing; the watch waits for it."""
+    """A reference (Secret, key, WebhookToken) is missing, and the watch waits for it; or (`stalled`) it names an
+    object that can never serve it as it is."""
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: str, message: str, stalled: bool = False) -> None:
         super().__init__(message)
-        self.reason, self.message = reason, message
+        self.reason, self.message, self.stalled = reason, message, stalled
+
+
+@dataclass(frozen=True, slots=True)
+class _Held:
+    """What the WebhookTokens hold for the watches: each one's rotation state, and the scheme of those that hold a
+    signing secret."""
+
+    states: TokenStates
+    schemes: Schemes
 
 
 def token_digest(token: str) -> str:
@@ -84,24 +96,27 @@ AUTH_SECRET, AUTH_KEY = "mcpg-gateway-auth", "auth.yaml"
 
 def plan(
     watches: Sequence[observed.Watch],
-    tokens: TokenStates,
+    states: TokenStates,
     secrets: SecretData,
     defaults: GatewayDefaults,
     wiring: bus.Wiring | None = None,
+    schemes: Schemes | None = None,
 ) -> Plan:
     """Every watch's verdict, and the configuration of those served: one the gateway would start on.
 
     Each watch is rendered alone first (in creation order, so conflicts go to the later one); then the whole
     configuration is asked the gateway's start-up question, and its size is held under the Secret limit. A
     watch the gateway would refuse is left out with the reason, never rendered, so it cannot stop the others.
-    `wiring`: the namespace's bus, if its gateway replicas share one.
+    `wiring`: the namespace's bus, if its gateway replicas share one. `schemes`: which WebhookTokens hold a signing
+    secret (none by default).
     """
     auth, auth_problem = _auth(secrets)
     section = _Section(defaults, auth, wiring)
     rendered = _Rendered()
     claims = _Claims()
+    held = _Held(states, schemes or {})
     for rw in sorted(watches, key=lambda w: (w.id.created, w.name)):
-        rendered.verdicts[rw.name], kind, entry = _isolated(rw, tokens, secrets, section, claims)
+        rendered.verdicts[rw.name], kind, entry = _isolated(rw, held, secrets, section, claims)
         if entry is not None:
             rendered.add(rw.name, kind, entry)
     _refuse_what_the_gateway_would(rendered, section)
@@ -174,7 +189,8 @@ class _Rendered:
 
 @dataclass
 class _Claims:
-    """What the watches rendered so far hold: a URI, a resource name, a token (by digest) each have one owner."""
+    """What the watches rendered so far hold: a URI, a resource name, a token (by digest) each have one owner. Not
+    a signing secret: it identifies no watch, so one WebhookToken may sign the deliveries of several."""
 
     uris: dict[str, str] = field(default_factory=dict)
     names: dict[str, str] = field(default_factory=dict)
@@ -251,15 +267,15 @@ def _too_large(size: int, limit: int) -> str:
     )
 
 
-def rendered_tokens(config: Mapping[str, Any]) -> frozenset[str]:
-    """Every webhook token the configuration accepts: what it carries to the gateway's pods."""
-    return frozenset(t for entry_tokens in tokens_by_entry(config).values() for t in entry_tokens)
+def rendered_values(config: Mapping[str, Any], role: tokens.Role) -> frozenset[str]:
+    """Every webhook token (or signing secret) the configuration accepts: what it carries to the gateway's pods."""
+    return frozenset(t for entry_values in values_by_entry(config, role).values() for t in entry_values)
 
 
-def tokens_by_entry(config: Mapping[str, Any]) -> dict[str, frozenset[str]]:
-    """Resource name -> the webhook tokens the configuration accepts for it."""
+def values_by_entry(config: Mapping[str, Any], role: tokens.Role) -> dict[str, frozenset[str]]:
+    """Resource name -> the webhook tokens (or signing secrets) the configuration accepts for it."""
     capabilities = config["mcp"]["capabilities"]
-    return {entry["name"]: frozenset(_tokens_of(entry)) for kind in capabilities.values() for entry in kind}
+    return {entry["name"]: frozenset(_values_of(entry, role)) for kind in capabilities.values() for entry in kind}
 
 
 def entry_digests(config: Mapping[str, Any]) -> dict[str, str]:
@@ -317,11 +333,11 @@ def _auth(secrets: SecretData) -> tuple[dict[str, Any] | None, str | None]:
 
 
 def _isolated(
-    rw: observed.Watch, tokens: TokenStates, secrets: SecretData, section: _Section, claims: _Claims
+    rw: observed.Watch, held: _Held, secrets: SecretData, section: _Section, claims: _Claims
 ) -> tuple[Verdict, str, dict[str, Any] | None]:
     """`_one`, behind an isolation boundary: a watch the renderer cannot handle is left out, never the namespace."""
     try:
-        return _one(rw, tokens, secrets, section, claims)
+        return _one(rw, held, secrets, section, claims)
     except Exception as e:  # a bug here must cost one watch, not every watch of the namespace
         # The frames, not the exception's text: it may quote a value resolved from a Secret.
         where = "".join(traceback.format_tb(e.__traceback__))
@@ -331,7 +347,7 @@ def _isolated(
 
 
 def _one(
-    rw: observed.Watch, tokens: TokenStates, secrets: SecretData, section: _Section, claims: _Claims
+    rw: observed.Watch, held: _Held, secrets: SecretData, section: _Section, claims: _Claims
 ) -> tuple[Verdict, str, dict[str, Any] | None]:
     try:
         spec = models.ResourceWatchSpec.model_validate(rw.spec)
@@ -345,9 +361,9 @@ def _one(
         return Verdict(False, reason, message, stalled, strategy, uri), kind, None
 
     try:
-        entry = _entry(rw.name, spec, watch, tokens, secrets)
+        entry = _entry(rw.name, spec, watch, held, secrets)
     except Unresolved as e:
-        return refused(e.reason, e.message)
+        return refused(e.reason, e.message, e.stalled)
     problems = _contract_problems(kind, entry, section)
     if problems:
         return refused(c.INVALID_SPEC, "; ".join(problems), stalled=True)
@@ -358,7 +374,7 @@ def _one(
         where = "spec.name" if spec.name else "its name (the default for spec.name)"
         msg = f"{where} {entry['name']!r} is already used by ResourceWatch {claims.names[entry['name']]}"
         return refused(c.NAME_CONFLICT, msg)
-    entry_tokens = [hashlib.sha256(t.encode()).hexdigest() for t in _tokens_of(entry)]
+    entry_tokens = [hashlib.sha256(t.encode()).hexdigest() for t in _values_of(entry, "token")]
     clash = next((claims.tokens[d] for d in entry_tokens if d in claims.tokens), None)
     if clash is not None:
         msg = f"its webhook token is already used by ResourceWatch {clash}; one token maps to one URI"
@@ -387,7 +403,7 @@ def _entry(
     name: str,
     spec: models.ResourceWatchSpec,
     watch: models.WatchSpec,
-    tokens: TokenStates,
+    held: _Held,
     secrets: SecretData,
 ) -> dict[str, Any]:
     http = spec.backend.http
@@ -414,15 +430,15 @@ def _entry(
         entry["read_policy"] = spec.read_policy
     if spec.subject_id:
         entry["subject_id"] = spec.subject_id
-    entry["watch"] = {"strategy": _strategy(watch, tokens, secrets)}
+    entry["watch"] = {"strategy": _strategy(watch, held, secrets)}
     if watch.notification_filter is not None:
         entry["watch"]["notification_filter"] = watch.notification_filter.model_dump(exclude_none=True)
     return entry
 
 
-def _strategy(watch: models.WatchSpec, tokens: TokenStates, secrets: SecretData) -> dict[str, Any]:
+def _strategy(watch: models.WatchSpec, held: _Held, secrets: SecretData) -> dict[str, Any]:
     if watch.webhook is not None:
-        return _webhook(watch.webhook.token_ref.name, tokens)
+        return _webhook(watch.webhook, held)
     if watch.nats_topic is not None:
         out: dict[str, Any] = {"type": "nats_topic", "subject": watch.nats_topic.subject}
         if watch.nats_topic.url_secret_ref is not None:
@@ -450,14 +466,57 @@ def _strategy(watch: models.WatchSpec, tokens: TokenStates, secrets: SecretData)
     return strategy
 
 
-def _webhook(token_name: str, tokens: TokenStates) -> dict[str, Any]:
-    state = tokens.get(token_name)
+def _webhook(webhook: models.WebhookSpec, held: _Held) -> dict[str, Any]:
+    current, *previous = _values(webhook.token_ref.name, None, held)
+    out: dict[str, Any] = {"type": "webhook", "token": current, "previous_tokens": previous}
+    if webhook.signature is not None:
+        out["signature"] = _signature(webhook.signature, held)
+    return out
+
+
+def _signature(spec: models.WebhookSignatureSpec, held: _Held) -> dict[str, Any]:
+    """The gateway's `signature` block: the scheme, and the secrets of the WebhookToken `secretRef` names."""
+    block: dict[str, Any] = {
+        "scheme": spec.scheme,
+        "secrets": _values(spec.secret_ref.name, spec.scheme, held),
+        "tolerance_s": spec.tolerance_seconds,
+    }
+    if spec.max_body_bytes is not None:  # unset: the gateway's default, which the configuration need not repeat
+        block["max_body_bytes"] = spec.max_body_bytes
+    if spec.hmac is not None:
+        block.update(spec.hmac.model_dump(exclude_none=True))
+    return block
+
+
+def _values(name: str, scheme: signing.Scheme | None, held: _Held) -> list[str]:
+    """The values of WebhookToken `name` to accept, current first: its tokens (`scheme` None, for `tokenRef`) or its
+    signing secrets for `scheme` (for `signature.secretRef`). A WebhookToken holding the other kind is refused."""
+    state = held.states.get(name)
     if state is None:
-        raise Unresolved(c.WEBHOOK_TOKEN_NOT_FOUND, f"WebhookToken {token_name} does not exist in this namespace")
+        raise Unresolved(c.WEBHOOK_TOKEN_NOT_FOUND, f"WebhookToken {name} does not exist in this namespace")
+    if (mismatch := _mismatch(name, scheme, held.schemes.get(name))) is not None:
+        raise Unresolved(c.INVALID_SPEC, mismatch, stalled=True)
     if state.current is None:
-        raise Unresolved(c.TOKEN_PENDING, f"WebhookToken {token_name} has no token yet (see its status)")
-    # Retired tokens are left out: they stay in the state only until every pod has dropped them.
-    return {"type": "webhook", "token": state.current, "previous_tokens": state.tokens()[1:]}
+        noun = "token" if scheme is None else "signing secret"
+        raise Unresolved(c.TOKEN_PENDING, f"WebhookToken {name} has no {noun} yet (see its status)")
+    # Retired values are left out: they stay in the state only until every pod has dropped them.
+    return state.tokens()
+
+
+def _mismatch(name: str, wanted: signing.Scheme | None, held: signing.Scheme | None) -> str | None:
+    """Why WebhookToken `name`, holding a value of scheme `held` (None: a token), cannot serve as `wanted`."""
+    if wanted == held:
+        return None
+    if wanted is None:
+        return (
+            f"spec.watch.webhook.tokenRef: WebhookToken {name} holds a signing secret (signatureScheme {held}), "
+            "which must never travel in a URL path: name a WebhookToken without signatureScheme"
+        )
+    what = f"a signing secret for scheme {held}" if held else "a routing token (no signatureScheme)"
+    return (
+        f"spec.watch.webhook.signature.secretRef: WebhookToken {name} holds {what}, not a signing secret for "
+        f"scheme {wanted}: name a WebhookToken whose signatureScheme is {wanted}"
+    )
 
 
 def _secret(secrets: SecretData, ref: models.SecretKeyRef) -> str:
@@ -469,10 +528,13 @@ def _secret(secrets: SecretData, ref: models.SecretKeyRef) -> str:
     return data[ref.key]
 
 
-def _tokens_of(entry: Mapping[str, Any]) -> list[str]:
+def _values_of(entry: Mapping[str, Any], role: tokens.Role) -> list[str]:
+    """The values an entry accepts in `role`: its webhook tokens, or its signing secrets."""
     strategy = (entry.get("watch") or {}).get("strategy") or {}
     if strategy.get("type") != "webhook":
         return []
+    if role == "signature":
+        return list((strategy.get("signature") or {}).get("secrets", []))
     return [strategy["token"], *strategy["previous_tokens"]]
 
 

@@ -90,10 +90,12 @@ def watch_status(
     rollout_stalled: Stalled = None,
     gateway: Gateway | None = None,
     token_secret: str | None = None,
+    signature_secret: str | None = None,
 ) -> dict[str, Any]:
     """`entry_digest`: of the watch's own entry in the configuration; `pods`: how far the pods are with that entry
     (another watch's change leaves this status as it is, so a pass patches only what changed); `token_secret`:
-    `name/key` of the Secret holding a webhook watch's token, where its senders find it."""
+    `name/key` of the Secret holding a webhook watch's token, where its senders find it; `signature_secret`: the
+    same of its signing secret, if it requires a signature."""
     gen = rw.id.generation
     conds = list(rw.status.get("conditions", []))
     refused = pods.refused if verdict.served else None
@@ -124,6 +126,7 @@ def watch_status(
         "gateway": gateway.address() if gateway is not None and verdict.served else None,
         "webhookPath": WEBHOOK_PATH if webhook else None,
         "webhookTokenSecret": token_secret if webhook else None,
+        "signatureSecret": signature_secret if webhook else None,
     }
 
 
@@ -175,7 +178,8 @@ def token_status(
         "accepted": _accepted(src, state, accepted_at),
         # Where its senders POST, once some served watch uses it (the token itself is in its Secret, never here).
         "gateway": gateway.address() if gateway is not None and in_use else None,
-        "webhookPath": WEBHOOK_PATH if in_use else None,
+        # A signing secret is no path credential: its senders POST to the path of the token that routes them.
+        "webhookPath": WEBHOOK_PATH if in_use and src.role == "token" else None,
     }
 
 
@@ -194,7 +198,7 @@ def _about(src: tokens.Source, state: rotation.TokenState) -> str:
     """`token <digest> (Secret <name> at resourceVersion <v>)`: which token, read where, a condition is about."""
     digest = render.token_digest(state.current) if state.current else "none"
     where = f"Secret {src.spec.secret_ref.name}" if src.spec is not None else "its Secret"
-    return f"token {digest} ({where} at resourceVersion {src.secret_version or 'unknown'})"
+    return f"{src.noun} {digest} ({where} at resourceVersion {src.secret_version or 'unknown'})"
 
 
 def _accepted_message(src: tokens.Source, state: rotation.TokenState, view: TokenView) -> str:
@@ -260,7 +264,7 @@ def _phase(src: tokens.Source, state: rotation.TokenState, view: TokenView) -> t
     if state.current is None:
         ref = src.spec.secret_ref
         hint = "" if src.spec.generate else ", or set generate: true"
-        msg = f"Secret {ref.name} with key {ref.key} is missing, so no token is accepted; create it{hint}"
+        msg = f"Secret {ref.name} with key {ref.key} is missing, so no {src.noun} is accepted; create it{hint}"
         return "Pending", False, c.SECRET_NOT_FOUND, msg
     if not view.carried and not view.accepted:
         return "Unused", False, c.NOT_SERVED, view.not_carried_message
@@ -274,9 +278,9 @@ def _phase(src: tokens.Source, state: rotation.TokenState, view: TokenView) -> t
     if state.retiring:
         removing = len(rotation.retired(state))
         gone = f" ({removing} left out of the configuration, until every gateway pod drops it)" if removing else ""
-        message = f"{len(state.retiring)} replaced token(s) still accepted{gone}"
+        message = f"{len(state.retiring)} replaced {src.noun}(s) still accepted{gone}"
         return "Retiring", True, c.RETIRING_OLD_TOKENS, message
-    message = "every counted gateway pod accepts the current token; no old token remains"
+    message = f"every counted gateway pod accepts the current {src.noun}; no old {src.noun} remains"
     return "Ready", True, c.TOKEN_ROLLED_OUT, message
 
 

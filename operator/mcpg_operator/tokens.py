@@ -1,7 +1,11 @@
-"""WebhookToken plumbing, pure: a token's inputs, the Secret generated for it, and its rotation-state Secret.
+"""WebhookToken plumbing: a token's inputs, the Secret generated for it, and its rotation-state Secret. Pure, but for
+`new_signing_secret` (random bytes, which the reconcile hands the decision as its generator).
 
-A Secret's value is a token only if the gateway would take it (`config.WebhookStrategy.token_problem`: it travels
-in a URL path); another value is reported and changes nothing, so the token in use keeps working until it is fixed.
+A WebhookToken holds one of two kinds of value, its role: a routing token (presented in the webhook path) or, with
+`signatureScheme`, a signing secret (in a watch's `signature.secrets`). A Secret's value is used only if the
+gateway would take it in that role (`config.WebhookStrategy.token_problem`: it travels in a URL path;
+`signing.secret_problem`: the scheme's format); another value is reported and changes nothing, so the value in use
+keeps working until it is fixed. Values never cross roles: a signing secret must never travel in a URL path.
 
 Rotation state holds token values, so it lives in an operator-owned Secret per WebhookToken (owned by it, so
 deleting the WebhookToken deletes it), never in status or annotations. It survives operator restarts, which is
@@ -15,18 +19,24 @@ import base64
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from secrets import token_bytes
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from mcpg_gateway.contract import config
+from mcpg_gateway.contract import config, signing
 from mcpg_operator import models, rotation
 from mcpg_operator.objects import MANAGED, WATCHED_LABEL
 
 STATE_KEY = "state.json"
 STATE_LABEL = "mcpg.dev/rotation-state"
 GENERATED_LABEL = "mcpg.dev/generated-token"
+
+Role = Literal["token", "signature"]
+"""What a WebhookToken's value is to a watch's entry: a routing token (`tokenRef`: the entry's `token` and
+`previous_tokens`) or a signing secret (`signature.secretRef`: the entry's `signature.secrets`)."""
+ROLES: tuple[Role, ...] = ("token", "signature")
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +57,20 @@ class Source:
         return self.spec.grace_period_seconds if self.spec else 0
 
     @property
+    def scheme(self) -> signing.Scheme | None:
+        """The signing scheme its value is a secret of; None for a routing token (or an invalid spec)."""
+        return self.spec.signature_scheme if self.spec else None
+
+    @property
+    def role(self) -> Role:
+        return "token" if self.scheme is None else "signature"
+
+    @property
+    def noun(self) -> str:
+        """What its value is called in a message."""
+        return "token" if self.scheme is None else "signing secret"
+
+    @property
     def wants_generated_secret(self) -> bool:
         """It asked the operator for a token and its Secret does not exist (a present one is never overwritten)."""
         return self.spec is not None and self.spec.generate and not self.secret_exists
@@ -63,10 +87,38 @@ def source(
     data = secrets.get(parsed.secret_ref.name)
     value = (data or {}).get(parsed.secret_ref.key) or None
     version = (versions or {}).get(parsed.secret_ref.name) or None
-    if value is not None and (problem := config.WebhookStrategy.token_problem(value)) is not None:
-        where = f"Secret {parsed.secret_ref.name} key {parsed.secret_ref.key}"
-        return Source(parsed, None, None, True, f"{where} does not hold a usable token: {problem}; edit it", version)
-    return Source(parsed, None, value, data is not None, None, version)
+    found = Source(parsed, None, value, data is not None, None, version)
+    if value is not None and (problem := _value_problem(parsed, value)) is not None:
+        return _refused(found, f"does not hold a usable {found.noun}: {problem}")
+    return found
+
+
+def _value_problem(spec: models.WebhookTokenSpec, value: str) -> str | None:
+    """Why the gateway would refuse `value` in this WebhookToken's role (never which characters)."""
+    if spec.signature_scheme is not None:
+        return signing.secret_problem(spec.signature_scheme, value)
+    return config.WebhookStrategy.token_problem(value)
+
+
+def _refused(src: Source, problem: str) -> Source:
+    """`src` with its value refused: reported naming the Secret and key, and used nowhere."""
+    where = f"Secret {src.spec.secret_ref.name} key {src.spec.secret_ref.key}" if src.spec else "its Secret"
+    return replace(src, secret_value=None, secret_error=f"{where} {problem}; edit it")
+
+
+def apart(sources: Mapping[str, Source]) -> dict[str, Source]:
+    """`sources`, with a value that WebhookTokens hold in both roles refused on each of them: as a routing token it
+    would travel in a URL path, where a signing secret must never be (two WebhookTokens naming one Secret key)."""
+    roles: dict[str, set[Role]] = {}
+    for src in sources.values():
+        if src.secret_value:
+            roles.setdefault(src.secret_value, set()).add(src.role)
+    problem = "holds a value another WebhookToken uses in the other role (a routing token and a signing secret)"
+    both = {value for value, held in roles.items() if len(held) > 1}
+    return {
+        name: _refused(src, f"{problem}: give each its own value") if src.secret_value in both else src
+        for name, src in sources.items()
+    }
 
 
 def observe(state: rotation.TokenState, src: Source, now: float, pinned: frozenset[str]) -> rotation.Edit:
@@ -125,3 +177,20 @@ def generated_secret(
 
 def _b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
+
+
+def signing_key_bytes(scheme: signing.Scheme) -> int:
+    """How many random bytes a generated signing secret of `scheme` is made from: Slack's own are 16, as hex."""
+    return 16 if scheme == "slack" else 32
+
+
+def signing_secret(scheme: signing.Scheme, key: bytes) -> str:
+    """A signing secret of `scheme` made from the random bytes `key`, in the format its senders take."""
+    if scheme == "standard-webhooks":
+        return signing.WHSEC_PREFIX + base64.b64encode(key).decode()
+    return key.hex()
+
+
+def new_signing_secret(scheme: signing.Scheme) -> str:
+    """A random signing secret for `scheme` (the reconcile's default generator; the decision itself is pure)."""
+    return signing_secret(scheme, token_bytes(signing_key_bytes(scheme)))

@@ -79,7 +79,8 @@ KINDS = (
         "WebhookToken",
         "webhooktokens",
         "wht",
-        "A webhook token kept in a Secret. Edit the Secret to rotate: the operator keeps the old token valid until "
+        "A webhook token (or, with signatureScheme, a webhook signing secret) kept in a Secret. Edit the Secret to "
+        "rotate: the operator keeps the old token valid until "
         "every gateway pod has acknowledged a configuration carrying the new one (plus any grace period). To wait "
         "for the new token: kubectl wait webhooktoken/NAME --for=jsonpath='{.status.accepted.secretResourceVersion}'"
         "=RV, where RV is the Secret's resourceVersion after your edit.",

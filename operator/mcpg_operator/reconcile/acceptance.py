@@ -7,20 +7,27 @@ forgotten once every counted pod serves a configuration without it. What pods ma
 configuration Secret, which every pod applies and none serves anything newer than: all of its tokens are what a
 lost rotation-state Secret is rebuilt from, and those of its entries some counted pod serves are never dropped
 for the cap on retiring tokens (`pinned`).
+
+A signing secret is a token in all of this, in its own role (`tokens.Role`): a watch uses a WebhookToken through
+`tokenRef` (the entry's tokens) or `signature.secretRef` (the entry's signing secrets), and each WebhookToken is
+judged only by the values of its own role, so a lost state is never rebuilt from the other role's values.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from mcpg_operator import bus, objects, observed, render, rotation, serving, statuses, tokens
 from mcpg_operator.settings import GatewayDefaults
+from mcpg_operator.tokens import Role
 
 States = dict[str, rotation.TokenState]
 """WebhookToken name -> its rotation state."""
 ByEntry = Mapping[str, frozenset[str]]
-"""Resource name -> the webhook tokens a configuration accepts for it."""
+"""Resource name -> the webhook tokens (or, in role signature, the signing secrets) a configuration accepts for it."""
+ByRole = Mapping[Role, ByEntry]
 
 
 Config = dict[str, Any] | None
@@ -33,11 +40,12 @@ def read_config(snap: observed.Snapshot) -> Config:
     return render.parse_config(found.text) if found is not None else None
 
 
-def pods_may_accept(snap: observed.Snapshot, config: Config) -> ByEntry:
-    """The tokens of the configuration Secret as read: nothing a pod serves is newer. Before the operator first
-    wrote it (a namespace an older operator rendered), those of the configuration its Deployment's template names."""
+def pods_may_accept(snap: observed.Snapshot, config: Config) -> ByRole:
+    """The tokens and signing secrets of the configuration Secret as read: nothing a pod serves is newer. Before the
+    operator first wrote it (a namespace an older operator rendered), those of the configuration its Deployment's
+    template names."""
     config = config if snap.config is not None else render.parse_config(_legacy_text(snap))
-    return render.tokens_by_entry(config) if config is not None else {}
+    return {role: render.values_by_entry(config, role) for role in tokens.ROLES} if config is not None else {}
 
 
 def _legacy_text(snap: observed.Snapshot) -> str | None:
@@ -46,31 +54,40 @@ def _legacy_text(snap: observed.Snapshot) -> str | None:
     return legacy.data.get(objects.CONFIG_KEY) if legacy is not None else None
 
 
-def may_accept(snap: observed.Snapshot, webhook_token: str, by_entry: ByEntry) -> frozenset[str]:
-    """The tokens the configuration Secret as read accepts for the watches that use `webhook_token`."""
-    names = {entry_name(rw) for rw in snap.watches if token_ref(rw) == webhook_token}
+def may_accept(snap: observed.Snapshot, webhook_token: str, role: Role, by_role: ByRole) -> frozenset[str]:
+    """The values of `role` the configuration Secret as read accepts for the watches that use `webhook_token` in
+    that role."""
+    names = {entry_name(rw) for rw in users(snap, webhook_token, role)}
+    by_entry = by_role.get(role, {})
     return frozenset(t for name in names for t in by_entry.get(name, ()))
 
 
-def pinned(snap: observed.Snapshot, webhook_token: str, config: Config) -> frozenset[str]:
-    """The tokens of the configuration Secret as read whose entry some counted pod serves (by its digest), for
-    the watches that use `webhook_token`: a pod accepts those now."""
+def pinned(snap: observed.Snapshot, webhook_token: str, role: Role, config: Config) -> frozenset[str]:
+    """The values of `role` of the configuration Secret as read whose entry some counted pod serves (by its
+    digest), for the watches that use `webhook_token` in that role: a pod accepts those now."""
     if config is None:
         return frozenset()
     served = frozenset(e for p in snap.counted() for e in p.entries)
     digests = render.entry_digests(config)
-    by_entry = {name: tokens for name, tokens in render.tokens_by_entry(config).items() if digests[name] in served}
-    return may_accept(snap, webhook_token, by_entry)
+    by_entry = {name: vs for name, vs in render.values_by_entry(config, role).items() if digests[name] in served}
+    return may_accept(snap, webhook_token, role, {role: by_entry})
 
 
 def entry_name(rw: observed.Watch) -> str:
     return str(rw.spec.get("name") or rw.name)
 
 
-def token_ref(rw: observed.Watch) -> str | None:
-    ref = ((rw.spec.get("watch") or {}).get("webhook") or {}).get("tokenRef") or {}
-    name = ref.get("name")
+def ref(rw: observed.Watch, role: Role) -> str | None:
+    """The WebhookToken a watch uses in `role`: its webhook's `tokenRef`, or its `signature.secretRef`."""
+    webhook = (rw.spec.get("watch") or {}).get("webhook") or {}
+    named = webhook.get("tokenRef") if role == "token" else (webhook.get("signature") or {}).get("secretRef")
+    name = (named or {}).get("name")
     return str(name) if name else None
+
+
+def users(snap: observed.Snapshot, webhook_token: str, role: Role) -> list[observed.Watch]:
+    """The watches that use `webhook_token` in `role`."""
+    return [rw for rw in snap.watches if ref(rw, role) == webhook_token]
 
 
 def recovered(t: observed.Token, src: tokens.Source, accepted: frozenset[str], now: float) -> rotation.TokenState:
@@ -94,43 +111,48 @@ def rotate(
 ) -> tuple[States, render.Plan]:
     """Render, record what the pods acknowledge, forget what they all dropped, retire what is due, and render again
     if anything was retired: the configuration rendered last is the one written. `config`: as read."""
-    plan = render.plan(snap.watches, promoted, snap.secret_data(), defaults, wiring)
+    schemes = {name: src.scheme for name, src in sources.items() if src.scheme is not None}
+    plan = render.plan(snap.watches, promoted, snap.secret_data(), defaults, wiring, schemes)
     pods = serving.Pods(snap.counted(), plan.digest)
     dropped = _dropped(snap, pods, config)
     states = {}
     for name, state in promoted.items():
-        carrying = entries_carrying(plan, state.current)
+        role = sources[name].role
+        carrying = entries_carrying(plan, state.current, role)
         if carrying:
             state = rotation.observe_acknowledgement(state, pods.serve(carrying), now)
         else:
             state = rotation.release(state, now)  # no pod can accept it: replaced ones wait for no pod
-        state = rotation.forget_dropped(state, dropped)
+        state = rotation.forget_dropped(state, functools.partial(dropped, role))
         states[name] = rotation.retire_due(state, sources[name].grace_s, now)
     if any(states[name].tokens() != promoted[name].tokens() for name in states):
-        plan = render.plan(snap.watches, states, snap.secret_data(), defaults, wiring)
+        plan = render.plan(snap.watches, states, snap.secret_data(), defaults, wiring, schemes)
     return states, plan
 
 
-def entries_carrying(plan: render.Plan, token: str | None) -> list[str]:
-    """The entry digests of the rendered entries that accept `token`: what every pod must serve to accept it."""
-    if token is None:
+def entries_carrying(plan: render.Plan, value: str | None, role: Role) -> list[str]:
+    """The entry digests of the rendered entries that accept `value` in `role`: what every pod must serve to
+    accept it."""
+    if value is None:
         return []
     digests = render.entry_digests(plan.config)
-    return [digests[name] for name, accepted in render.tokens_by_entry(plan.config).items() if token in accepted]
+    by_entry = render.values_by_entry(plan.config, role)
+    return [digests[name] for name, accepted in by_entry.items() if value in accepted]
 
 
-def _dropped(snap: observed.Snapshot, pods: serving.Pods, config: Config) -> Callable[[str], bool]:
-    """Whether no pod accepts a token any more: the configuration Secret as read is without it, and every counted
-    pod serves only entries of that configuration (or no pod runs at all)."""
+def _dropped(snap: observed.Snapshot, pods: serving.Pods, config: Config) -> Callable[[Role, str], bool]:
+    """Whether no pod accepts a value in a role any more: the configuration Secret as read is without it there, and
+    every counted pod serves only entries of that configuration (or no pod runs at all)."""
     if config is None or (snap.pods and not pods.only(render.entry_digests(config).values())):
-        return lambda _: False
-    kept = render.rendered_tokens(config)
-    return lambda token: token not in kept
+        return lambda _role, _value: False
+    kept = {role: render.rendered_values(config, role) for role in tokens.ROLES}
+    return lambda role, value: value not in kept[role]
 
 
 def view(
     snap: observed.Snapshot,
     webhook_token: str,
+    src: tokens.Source,
     state: rotation.TokenState,
     plan: render.Plan,
     pods: serving.Pods,
@@ -139,10 +161,10 @@ def view(
 ) -> statuses.TokenView:
     """What a WebhookToken's status reports besides its own state: is its current token accepted, by how many
     pods, and who is late or refused the configuration carrying it."""
-    users = [rw for rw in snap.watches if token_ref(rw) == webhook_token]
-    carrying = entries_carrying(plan, state.current)
-    why = "; ".join(f"ResourceWatch {rw.name}: {plan.verdicts[rw.name].reason}" for rw in users)
-    unused = f"no ResourceWatch the gateway serves uses this token ({why or 'none refers to it'})"
+    carrying = entries_carrying(plan, state.current, src.role)
+    used_by = users(snap, webhook_token, src.role)
+    why = "; ".join(f"ResourceWatch {rw.name}: {plan.verdicts[rw.name].reason}" for rw in used_by)
+    unused = f"no ResourceWatch the gateway serves uses this {src.noun} ({why or 'none refers to it'})"
     return statuses.TokenView(
         accepted=bool(carrying) and state.current_accepted_at is not None,
         carried=bool(carrying),
@@ -179,7 +201,9 @@ def refused_message(found: Sequence[str]) -> str | None:
     return "a gateway pod refused the configuration (it keeps serving the one before): " + "; ".join(found)
 
 
-def users_refused(snap: observed.Snapshot, webhook_token: str, found: Mapping[str | None, list[str]]) -> str | None:
-    """The refusal that concerns a WebhookToken: of every object, or of a watch that uses it."""
-    names = [rw.name for rw in snap.watches if token_ref(rw) == webhook_token]
+def users_refused(
+    snap: observed.Snapshot, webhook_token: str, role: Role, found: Mapping[str | None, list[str]]
+) -> str | None:
+    """The refusal that concerns a WebhookToken: of every object, or of a watch that uses it (in `role`)."""
+    names = [rw.name for rw in users(snap, webhook_token, role)]
     return refused_message([*found.get(None, []), *(x for name in names for x in found.get(name, []))])

@@ -1,7 +1,7 @@
 """Decide one pass over a namespace from what was read: token states, configuration, statuses, Events, writes.
 
-Pure: no I/O, and the clock (`now`) and token generator (`new_token`) are arguments, so every decision can be
-tested the way rotation.py's state machine is. The steps, in order:
+Pure: no I/O, and the clock (`now`) and the generators of tokens and signing secrets (`new_token`, `new_secret`)
+are arguments, so every decision can be tested the way rotation.py's state machine is. The steps, in order:
 
 1. What the pods serve. Each counted gateway pod said which configuration and entries it serves (its
    acknowledgement, `serving`); what they may still accept comes from the configuration Secret as read, which no
@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from mcpg_gateway.contract import signing
 from mcpg_operator import actions as w
 from mcpg_operator import (
     bus,
@@ -82,6 +83,7 @@ def decide(
     new_token: Callable[[], str],
     wiring: bus.Wiring | None = None,
     shaped: gateway_settings.Shape | None = None,
+    new_secret: Callable[[signing.Scheme], str] = tokens.new_signing_secret,
 ) -> Decision:
     """One pass's decision; `wiring`: the namespace's bus, if its gateway replicas share one. `defaults`: as
     `shaped` overlays them with the namespace's McpGateway (`gateway_settings.shape`), which also says what
@@ -89,23 +91,22 @@ def decide(
     shaped = shaped or gateway_settings.Shape(defaults)
     defaults = _installed(defaults, snap.heard())
     secrets = snap.secret_data()
-    sources = {t.name: tokens.source(t.spec, secrets, snap.secret_versions()) for t in snap.tokens}
+    sources = tokens.apart({t.name: tokens.source(t.spec, secrets, snap.secret_versions()) for t in snap.tokens})
     config = acceptance.read_config(snap)
-    by_entry = acceptance.pods_may_accept(snap, config)
-    may_accept = {t.name: acceptance.may_accept(snap, t.name, by_entry) for t in snap.tokens}
-    pinned = {t.name: acceptance.pinned(snap, t.name, config) for t in snap.tokens}
-    generated, retried = _generated_secrets(snap, sources, new_token)
+    may_accept, pinned = _held_by_pods(snap, sources, config)
+    generated, retried = _generated_secrets(snap, sources, new_token, new_secret)
     if generated:
-        return _only_create(snap, generated, defaults, wiring)
+        return _only_create(snap, sources, generated, defaults, wiring)
     recovered = {t.name: acceptance.recovered(t, sources[t.name], may_accept[t.name], now) for t in snap.tokens}
     edits = {t.name: tokens.observe(recovered[t.name], sources[t.name], now, pinned[t.name]) for t in snap.tokens}
     promoted = {name: edit.state for name, edit in edits.items()}
     states, plan = acceptance.rotate(snap, sources, promoted, defaults, now, wiring, config)
     pods = serving.Pods(snap.counted(), plan.digest, _written_at(snap, plan), snap.heard_uncounted())
     refused = acceptance.refusals(plan, pods)
-    refused_by = {t.name: acceptance.users_refused(snap, t.name, refused) for t in snap.tokens}
+    refused_by = {t.name: acceptance.users_refused(snap, t.name, sources[t.name].role, refused) for t in snap.tokens}
     views = {
-        t.name: acceptance.view(snap, t.name, states[t.name], plan, pods, refused_by[t.name], now) for t in snap.tokens
+        t.name: acceptance.view(snap, t.name, sources[t.name], states[t.name], plan, pods, refused_by[t.name], now)
+        for t in snap.tokens
     }
     status_by_ref, status_writes = _statuses(snap, sources, states, views, plan, pods, refused, now)
     evts = _events(snap, edits, recovered, states, status_by_ref)
@@ -148,11 +149,16 @@ def _soonest(waits: Sequence[float | None]) -> float | None:
 
 
 def _only_create(
-    snap: observed.Snapshot, generated: list[w.Write], defaults: GatewayDefaults, wiring: bus.Wiring | None
+    snap: observed.Snapshot,
+    sources: dict[str, tokens.Source],
+    generated: list[w.Write],
+    defaults: GatewayDefaults,
+    wiring: bus.Wiring | None,
 ) -> Decision:
     """Step 2's early end: the generated Secrets are the only writes, and the next pass decides the rest."""
     states = {t.name: t.state for t in snap.tokens}
-    plan = render.plan(snap.watches, states, snap.secret_data(), defaults, wiring)
+    schemes = {name: src.scheme for name, src in sources.items() if src.scheme is not None}
+    plan = render.plan(snap.watches, states, snap.secret_data(), defaults, wiring, schemes)
     rolled_out = _rolled_out(snap.deployment, plan)
     has_bus = gateway_objects.bus_account(snap, generated)  # as read: the next pass creates it if it is missing
     pods = serving.Pods(snap.counted(), plan.digest, _written_at(snap, plan), snap.heard_uncounted())
@@ -163,12 +169,28 @@ def _only_create(
 # --- tokens -------------------------------------------------------------------------------------------------
 
 
+def _held_by_pods(
+    snap: observed.Snapshot, sources: Mapping[str, tokens.Source], config: acceptance.Config
+) -> tuple[dict[str, frozenset[str]], dict[str, frozenset[str]]]:
+    """Per WebhookToken, of the values of its own role: those the pods may accept (what a lost state is rebuilt
+    from), and those some counted pod serves now (`pinned`)."""
+    by_role = acceptance.pods_may_accept(snap, config)
+    roles = {t.name: sources[t.name].role for t in snap.tokens}
+    may_accept = {name: acceptance.may_accept(snap, name, role, by_role) for name, role in roles.items()}
+    pinned = {name: acceptance.pinned(snap, name, role, config) for name, role in roles.items()}
+    return may_accept, pinned
+
+
 def _generated_secrets(
-    snap: observed.Snapshot, sources: dict[str, tokens.Source], new_token: Callable[[], str]
+    snap: observed.Snapshot,
+    sources: dict[str, tokens.Source],
+    new_token: Callable[[], str],
+    new_secret: Callable[[signing.Scheme], str],
 ) -> tuple[list[w.Write], list[w.Write]]:
     """Secrets to generate: (new ones, which end the pass early; ones the API server refused before).
 
-    A refused one is tried again with the rest of the pass, not alone, so it cannot hold up the namespace.
+    A refused one is tried again with the rest of the pass, not alone, so it cannot hold up the namespace. A
+    signing secret is generated in its scheme's format (`new_secret`), a token by `new_token`.
     """
     fresh: dict[str, w.Write] = {}
     retried: dict[str, w.Write] = {}
@@ -176,7 +198,9 @@ def _generated_secrets(
         spec = sources[t.name].spec
         if spec is None or not sources[t.name].wants_generated_secret or spec.secret_ref.name in fresh | retried:
             continue
-        body = tokens.generated_secret(snap.namespace, spec, t.id.owner_reference(), new_token())
+        scheme = spec.signature_scheme
+        value = new_token() if scheme is None else new_secret(scheme)
+        body = tokens.generated_secret(snap.namespace, spec, t.id.owner_reference(), value)
         create = w.CreateObject(w.Stage.TOKEN_SECRETS, w.Ref("secrets", spec.secret_ref.name), body, about=t.id)
         (retried if statuses.refused_before(t.status) else fresh)[spec.secret_ref.name] = create
     return list(fresh.values()), list(retried.values())
@@ -229,11 +253,11 @@ def _statuses(
     gateway = statuses.Gateway(snap.namespace, plan.clients_problem)
     desired = render.entry_digests(plan.config)
     for rw in snap.watches:
-        secret = _token_secret(rw, sources)
         verdict = plan.verdicts[rw.name]
         entry = desired.get(acceptance.entry_name(rw), "")
         at = _watch_serving(rw, entry, pods, refused, now)
-        status = statuses.watch_status(rw, verdict, entry, at, now, stalled, gateway, secret)
+        held = (_secret_of(rw, sources, "token"), _secret_of(rw, sources, "signature"))
+        status = statuses.watch_status(rw, verdict, entry, at, now, stalled, gateway, *held)
         decided[w.Ref("resourcewatches", rw.name, GROUP)] = (rw.status, status)
     for t in snap.tokens:
         status = statuses.token_status(t, sources[t.name], states[t.name], views[t.name], now, gateway)
@@ -258,9 +282,10 @@ def _watch_serving(
     )
 
 
-def _token_secret(rw: observed.Watch, sources: dict[str, tokens.Source]) -> str | None:
-    """`name/key` of the Secret holding the token of a webhook watch's WebhookToken, if it names one that exists."""
-    source = sources.get(acceptance.token_ref(rw) or "")
+def _secret_of(rw: observed.Watch, sources: dict[str, tokens.Source], role: tokens.Role) -> str | None:
+    """`name/key` of the Secret holding the token (or signing secret) of the WebhookToken a webhook watch uses in
+    `role`, if it names one that exists."""
+    source = sources.get(acceptance.ref(rw, role) or "")
     if source is None or source.spec is None:
         return None
     ref = source.spec.secret_ref

@@ -14,7 +14,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mcpg_operator import acks, bus, gateway_settings, metrics
+from mcpg_gateway.contract import signing
+from mcpg_operator import acks, bus, gateway_settings, metrics, tokens
 from mcpg_operator.actions import Write
 from mcpg_operator.bus_key import BusKey
 from mcpg_operator.kube import Client
@@ -53,17 +54,19 @@ async def reconcile(
     bus_settings: BusSettings | None = None,
     bus_key: BusKey | None = None,
     fetch: acks.Fetch | None = None,
+    secret: Callable[[signing.Scheme], str] = tokens.new_signing_secret,
 ) -> Outcome:
     """One pass over `namespace`. `bus_settings`: where a bus comes from (None: gateway replicas never share one);
     `bus_key`: what a managed bus's passwords are derived from (None: read from the bus namespace on this pass);
-    `fetch`: how a gateway pod is asked what it serves (None: over HTTP)."""
+    `fetch`: how a gateway pod is asked what it serves (None: over HTTP); `token` and `secret`: how a generated
+    token and signing secret are made."""
     snapshot = await read.read(kube, namespace, fetch)
     now = clock()
     shaped = gateway_settings.shape(snapshot.mcp_gateway, defaults, bus_settings)  # the namespace's McpGateway
     wiring = await _with_password(
         kube, bus.wiring(bus_settings, namespace, shaped.defaults.replicas), bus_settings, bus_key, namespace
     )
-    decided = decide.decide(snapshot, shaped.defaults, now, token, wiring, shaped)
+    decided = decide.decide(snapshot, shaped.defaults, now, token, wiring, shaped, secret)
     try:
         refusals = await write.execute(kube, namespace, decided.writes, describe_failure=True)
     except write.ApplyFailed as e:

@@ -25,9 +25,9 @@ MODELS: dict[str, type[BaseModel]] = {
 
 @pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.name)
 def test_every_example_manifest_passes_the_crd_schema_and_the_model(path: Path) -> None:
-    doc = yaml.safe_load(path.read_text())
-    jsonschema.validate(doc, crd_schema(doc["kind"]))
-    MODELS[doc["kind"]].model_validate(doc["spec"])
+    for doc in yaml.safe_load_all(path.read_text()):  # a file may hold the objects a setup needs together
+        jsonschema.validate(doc, crd_schema(doc["kind"]))
+        MODELS[doc["kind"]].model_validate(doc["spec"])
 
 
 # That the chart's crds/ are the copy of crds/, and that each CRD and its models name the same fields, is
@@ -70,6 +70,7 @@ HEADERS = {
     "uri": "x://a",
     "backend": {"http": {"url": "u", "headers": [{"name": "A", "secretKeyRef": {"name": "s", "key": "k"}}]}},
 }
+SIGNED = {"tokenRef": {"name": "t"}, "signature": {"scheme": "github", "secretRef": {"name": "s"}}}
 STRATEGIES = {
     "webhook": {"tokenRef": {"name": "t"}},
     "natsTopic": {"subject": "s", "urlSecretRef": {"name": "s", "key": "k"}},
@@ -89,6 +90,11 @@ REFERENCES: list[tuple[str, dict[str, Any], tuple[str | int, ...]]] = [
             if strategy == "webhook"
             else [("watch", strategy, "urlSecretRef", "name"), ("watch", strategy, "urlSecretRef", "key")]
         )
+    ),
+    (
+        "ResourceWatch",
+        {"uri": "x://a", "backend": {"http": {"url": "u"}}, "watch": {"webhook": SIGNED}},
+        ("watch", "webhook", "signature", "secretRef", "name"),
     ),
 ]
 BAD_NAMES = ["Bad_Name", "Reports", "-x", "x-", "x.", ".x", "a..b", "a/b", "a b", "x" * 254, ""]

@@ -106,13 +106,13 @@ def test_acceptance_counts_only_when_every_counted_pod_serves_exactly_the_render
 
 def test_a_retirement_renders_again_and_only_the_final_configuration_is_written() -> None:
     rendered = decision.decide(snapshot(MID_ROTATION), DEFAULTS, NOW, never).plan
-    assert render.rendered_tokens(rendered.config) == {"new", "old"}
+    assert render.rendered_values(rendered.config, "token") == {"new", "old"}
     pods = (serving(rendered.config),)
     decided = decision.decide(snapshot(MID_ROTATION, pods=pods), DEFAULTS, NOW, never)  # grace 0
     assert decided.states["tok"] == TokenState(
         current="new", current_accepted_at=NOW, retiring=(Retiring("old", 1.0, NOW, NOW),)
     )
-    assert render.rendered_tokens(decided.plan.config) == {"new"}
+    assert render.rendered_values(decided.plan.config, "token") == {"new"}
     [config] = [x for x in decided.writes if isinstance(x, w.ApplyObject) and x.ref.name == objects.CONFIG_SECRET]
     assert config.body["metadata"]["annotations"][objects.DIGEST_ANNOTATION] == decided.plan.digest
     assert decided.next_check_s == serving_module.ACK_POLL_S  # the pods are to acknowledge it
@@ -195,7 +195,7 @@ def test_a_refused_secret_value_is_reported_on_the_webhook_token_naming_the_key_
 def test_a_refused_secret_value_neither_replaces_nor_revokes_the_token_in_use(value: str) -> None:
     decided = decision.decide(snapshot(IN_USE, value), DEFAULTS, NOW, never)
     assert decided.states["tok"] == IN_USE
-    assert render.rendered_tokens(decided.plan.config) == {"in-use-token"}
+    assert render.rendered_values(decided.plan.config, "token") == {"in-use-token"}
     assert decided.plan.verdicts["hook"].served
     assert condition(statuses(decided)["webhooktokens"], "Ready")["reason"] == "InvalidSpec"
     state = tokens.state_secret_name("tok")

@@ -98,9 +98,9 @@ def plain(schema: Any) -> Any:
 
 @pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.name)
 def test_every_example_manifest_passes_the_generated_schema_and_the_model(path: Path) -> None:
-    doc = yaml.safe_load(path.read_text())
-    jsonschema.validate(doc, plain(generated(doc["kind"])))
-    BY_KIND[doc["kind"]].spec.model_validate(doc["spec"])
+    for doc in yaml.safe_load_all(path.read_text()):
+        jsonschema.validate(doc, plain(generated(doc["kind"])))
+        BY_KIND[doc["kind"]].spec.model_validate(doc["spec"])
 
 
 def http_timeout(kind_schema: dict[str, Any]) -> dict[str, Any]:

@@ -38,10 +38,11 @@ reference = _load()
 
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
-    """A copy of what the generator reads: crds/ and the gateway example."""
+    """A copy of what the generator reads: crds/, the gateway example and the signed webhook senders."""
     shutil.copytree(ROOT / "crds", tmp_path / "crds")
     (tmp_path / "examples" / "gateway").mkdir(parents=True)
     shutil.copy(ROOT / reference.GATEWAY_EXAMPLE, tmp_path / reference.GATEWAY_EXAMPLE)
+    shutil.copytree(ROOT / reference.SENDERS, tmp_path / reference.SENDERS)
     return tmp_path
 
 

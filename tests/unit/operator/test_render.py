@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 import yaml
 
-from mcpg_gateway.contract import check, config, digests
+from mcpg_gateway.contract import check, config, digests, signing
 from mcpg_operator import conditions as c
 from mcpg_operator import observed, render, settings
+from mcpg_operator import tokens as operator_tokens
 from mcpg_operator.rotation import Retiring, TokenState
 from mcpg_operator.settings import GatewayDefaults
 
@@ -27,8 +28,14 @@ def watch(name: str, spec: dict[str, Any], created: str = "2026-01-01T00:00:00Z"
     return observed.Watch(identity, spec, {})
 
 
+def documents(kind: str, paths: list[Path] | None = None) -> list[dict[str, Any]]:
+    """The objects of `kind` in the example manifests (a file may hold several objects)."""
+    paths = paths if paths is not None else sorted(MANIFESTS.glob("*.yaml"))
+    return [doc for path in paths for doc in yaml.safe_load_all(path.read_text()) if doc["kind"] == kind]
+
+
 def example(name: str) -> observed.Watch:
-    doc = yaml.safe_load((MANIFESTS / f"{name}.yaml").read_text())
+    [doc] = documents("ResourceWatch", [MANIFESTS / f"{name}.yaml"])
     return watch(doc["metadata"]["name"], doc["spec"])
 
 
@@ -45,9 +52,17 @@ def tokens(**states: TokenState) -> dict[str, TokenState]:
     return states
 
 
+def signing_secret(scheme: signing.Scheme, fill: int = 7) -> str:
+    return operator_tokens.signing_secret(scheme, bytes([fill]) * operator_tokens.signing_key_bytes(scheme))
+
+
 def test_every_example_manifest_renders_into_a_configuration_the_gateway_accepts() -> None:
-    examples = [example(p.stem) for p in sorted(MANIFESTS.glob("*.yaml")) if p.stem != "webhooktoken"]
-    plan = render.plan(examples, tokens(**{"reports-token": TokenState(current="tok")}), SECRETS, DEFAULTS)
+    examples = [watch(doc["metadata"]["name"], doc["spec"]) for doc in documents("ResourceWatch")]
+    held = {doc["metadata"]["name"]: doc["spec"].get("signatureScheme") for doc in documents("WebhookToken")}
+    # Each WebhookToken holds a value of its kind: a token of its own, or a signing secret in its scheme's format.
+    states = {name: TokenState(current=f"tok-{name}" if s is None else signing_secret(s)) for name, s in held.items()}
+    schemes = {name: scheme for name, scheme in held.items() if scheme is not None}
+    plan = render.plan(examples, states, SECRETS, DEFAULTS, schemes=schemes)
     assert {name: v.reason for name, v in plan.verdicts.items() if not v.served} == {}
     cfg = check.load(plan.config, environ={})
     assert len(cfg.mcp.capabilities.resources) + len(cfg.mcp.capabilities.resource_templates) == len(examples)
@@ -172,7 +187,7 @@ def test_the_digest_is_the_gateways_stable_and_moves_with_any_token() -> None:
 def test_a_retired_token_is_left_out_of_the_configuration() -> None:
     retired = TokenState(current="x", retiring=(Retiring("y", 1, 2, 3), Retiring("z", 1)))
     plan = render.plan([hook("a", "t")], tokens(t=retired), {}, DEFAULTS)
-    assert render.rendered_tokens(plan.config) == {"x", "z"}
+    assert render.rendered_values(plan.config, "token") == {"x", "z"}
 
 
 def test_a_problems_path_names_the_watch_that_rendered_that_entry() -> None:

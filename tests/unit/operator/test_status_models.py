@@ -54,6 +54,16 @@ WATCH_STATUSES = {
     "served webhook with its token Secret": lambda: statuses.watch_status(
         watch(), verdict(True, "webhook"), "a" * 64, SERVED, NOW, gateway=GATEWAY, token_secret="reports-webhook/token"
     ),
+    "served signed webhook with both Secrets": lambda: statuses.watch_status(
+        watch(),
+        verdict(True, "webhook"),
+        "a" * 64,
+        SERVED,
+        NOW,
+        gateway=GATEWAY,
+        token_secret="reports-route/token",
+        signature_secret="reports-signing/secret",
+    ),
     "served, but no client may use the gateway": lambda: statuses.watch_status(
         watch(), verdict(True), "a" * 64, SERVED, now=NOW, gateway=NO_CLIENTS
     ),
@@ -69,6 +79,7 @@ WT = observed.Token(observed.Identity("mcpg.dev/v1alpha1", "WebhookToken", "t", 
 SPEC = models.WebhookTokenSpec.model_validate({"secretRef": {"name": "s"}, "gracePeriodSeconds": 30})
 READ = tokens.Source(SPEC, secret_value="t", secret_exists=True, secret_version="4711")
 ACCEPTED = statuses.TokenView(accepted=True, carried=True, acknowledged=2, counted=2)
+SIGNING = models.WebhookTokenSpec.model_validate({"secretRef": {"name": "s"}, "signatureScheme": "github"})
 RETIRING = TokenState(current="new", current_accepted_at=900.0, retiring=(Retiring("old", 800.0, 900.0),))
 REMOVING = TokenState(current="new", current_accepted_at=900.0, retiring=(Retiring("old", 800.0, 900.0, 950.0),))
 
@@ -77,6 +88,14 @@ TOKEN_STATUSES = {
         WT, READ, TokenState(current="t", current_accepted_at=900.0), ACCEPTED, NOW, gateway=GATEWAY
     ),
     "retiring": lambda: statuses.token_status(WT, READ, RETIRING, ACCEPTED, NOW, gateway=GATEWAY),
+    "retiring signing secret": lambda: statuses.token_status(
+        WT,
+        tokens.Source(SIGNING, secret_value="new", secret_exists=True, secret_version="4712"),
+        RETIRING,
+        ACCEPTED,
+        NOW,
+        gateway=GATEWAY,
+    ),
     "removing": lambda: statuses.token_status(WT, READ, REMOVING, ACCEPTED, NOW, gateway=GATEWAY),
     "refused by a pod": lambda: statuses.token_status(
         WT,
@@ -129,6 +148,12 @@ def test_the_statuses_cover_the_new_fields() -> None:
     assert webhook["gateway"]["url"] == "http://mcpg-gateway.shop.svc:8080/mcp"
     assert webhook["webhookPath"] == "/webhooks/resource-updated/{token}"
     assert webhook["webhookTokenSecret"] == "reports-webhook/token"
+    assert webhook["signatureSecret"] is None  # no signature: its field removes a stale value
+    signed = WATCH_STATUSES["served signed webhook with both Secrets"]()
+    assert (signed["webhookTokenSecret"], signed["signatureSecret"]) == (
+        "reports-route/token",
+        "reports-signing/secret",
+    )
     retiring = TOKEN_STATUSES["retiring"]()
     assert retiring["retiring"][0]["retireAfter"]
     assert retiring["webhookPath"] == "/webhooks/resource-updated/{token}"
@@ -138,6 +163,9 @@ def test_the_statuses_cover_the_new_fields() -> None:
         "at": "1970-01-01T00:15:00Z",
     }
     assert TOKEN_STATUSES["removing"]()["retiring"][0]["removing"] is True
+    signing = TOKEN_STATUSES["retiring signing secret"]()
+    assert (signing["webhookPath"], signing["currentDigest"]) == (None, render.token_digest("new"))
+    assert signing["retiring"][0]["digest"] == render.token_digest("old")
     assert TOKEN_STATUSES["refused by a pod"]()["accepted"] is None
 
 
