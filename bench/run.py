@@ -95,7 +95,7 @@ SMOKE = {
     "scaleout_lease_ttl_s": 1.0,
     "scaleout_takeovers": 1,
 }
-SCENARIOS = ("fanout", "ingest", "polling", "memory", "capacity", "operator", "scaleout")
+SCENARIOS = ("fanout", "ingest", "signed", "polling", "memory", "capacity", "operator", "scaleout")
 
 
 def run(only: list[str], p: dict[str, Any], smoke: bool, workdir: Path) -> dict[str, Any]:
@@ -117,6 +117,8 @@ def run(only: list[str], p: dict[str, Any], smoke: bool, workdir: Path) -> dict[
         timed("fanout", lambda: fanout.run_latency(workdir, p["sizes"], p["posts"], p["post_budget_s"]))
     if "ingest" in only:
         timed("ingest", lambda: ingest.run(workdir, p["ingest_s"]))
+    if "signed" in only:
+        timed("signed", lambda: ingest.run_signed(workdir, p["ingest_s"]))
     if "polling" in only:
         args = (workdir, p["poll_uris"], p["poll_warmup_s"], p["poll_window_s"], smoke)
         timed("polling", lambda: polling.run(*args))

@@ -31,6 +31,8 @@ def test_bench_smoke_mode_yields_every_figure_and_its_reference(tmp_path: Path) 
         assert row["gateway"]["posts"] == row["reference"]["posts"] == row["wire"]["posts"] > 0
     assert results["ingest"]["gateway"]["rps"] > 0
     assert results["ingest"]["reference"]["rps"] > 0
+    assert results["signed"]["gateway"]["per_cpu_s"] > 0
+    assert results["signed"]["reference"]["per_cpu_s"] > 0
     assert results["polling"]["gateway"]["polls"] > 0
     assert results["polling"]["reference"]["polls"] > 0
     assert results["memory"]["gateway"]["rss_mb"] > 0
