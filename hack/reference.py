@@ -31,7 +31,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.scalarstring import FoldedScalarString
 
-from mcpg_gateway.contract import config
+from mcpg_gateway.contract import config, signing
 from mcpg_operator.crdgen import kinds, openapi
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,6 +46,8 @@ FOLDED = frozenset({"description", "rule", "message"})
 """Keys whose text is folded (`>-`) to fit WIDTH; YAML joins the lines with spaces, so the text is unchanged."""
 WIDTH = 118
 GATEWAY_EXAMPLE = Path("examples/gateway/quickstart.yaml")
+SIGNED_EXAMPLE = Path("examples/gateway/signed-webhooks.yaml")
+SENDERS = Path("examples/senders")
 
 
 def _yaml() -> YAML:
@@ -320,6 +322,21 @@ def _gateway_section(root: Path, problems: list[str]) -> list[str]:
         out += [*_table(["Field", "Type", "Default", "Required", "Description"], rows), ""]
     example = (root / GATEWAY_EXAMPLE).read_text()
     out += ["### An example", "", f"`{GATEWAY_EXAMPLE}`:", "", "```yaml", example.rstrip(), "```", ""]
+    return out + _senders_section(root)
+
+
+def _senders_section(root: Path) -> list[str]:
+    """Each signature scheme's copy-paste sender, from `examples/senders/` (the integration tier runs them)."""
+    out = [
+        "### Signed webhook senders",
+        "",
+        f"One per `signature.scheme`, posting to the watches of `{SIGNED_EXAMPLE}` with `GATEWAY`, `TOKEN` and "
+        "`SECRET` in the environment (bash, curl and openssl).",
+        "",
+    ]
+    for scheme in typing.get_args(signing.Scheme):
+        text = (root / SENDERS / f"{scheme}.sh").read_text()
+        out += [f"`{scheme}` (`{SENDERS}/{scheme}.sh`):", "", "```sh", text.rstrip(), "```", ""]
     return out
 
 
