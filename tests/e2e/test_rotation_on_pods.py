@@ -20,23 +20,23 @@ on, from every pod; no listen stream ended and none opened again, each told of t
 and no pod replaced or restarted, the Deployment's generation unchanged: a rotation now touches no pod template.
 The leading operator is also SIGKILLed at the worst moments (after the new token is carried, before it is
 accepted; after acceptance, before retirement); the rotation must still complete, under the next leader.
+
+The sampler, the senders and the closing checks are `mcpg_testing.rotation`'s, shared with the rotation of a
+signing secret (`test_signing_rotation_on_pods.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import collections
-import contextlib
+import functools
 import hashlib
 import itertools
 import json
 import os
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -45,40 +45,32 @@ import yaml
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from mcpg_gateway.contract.acknowledgement import Acknowledgement
+from mcpg_testing import rotation
 from mcpg_testing.conntrack import ServiceConnections, client_addresses
 from mcpg_testing.controlplane import ControlPlane
-from mcpg_testing.leaks import assert_absent, assert_not_logged
-from mcpg_testing.pods import ADMIN_PORT, GATEWAY_SELECTOR, GatewayPod, gateway_pod
 from mcpg_testing.release import ArmedKill, OperatorRelease
+from mcpg_testing.rotation import (
+    REPLICAS,
+    WEBHOOK_PATH,
+    Api,
+    Delivery,
+    Sampler,
+    Traffic,
+    answered_by,
+    figures,
+    send,
+    stage,
+)
 
 URI = "rotation://reports"
 RATE_PER_TOKEN = 12.0
 """Requests per second with each token: 24 in total, over the issue's floor of 20."""
-REPLICAS = 3
-"""The session's gateway replicas (`fixtures.CHART_VALUES`)."""
-BOUND_S = 90.0
-"""Bound on each stage of the rotation: seconds in place, more with a leader killed (its Lease runs out first)."""
 CLIENT_TOKEN = "rotation-client-" + "c" * 24
 SOURCES = 64
 """Senders' addresses: many senders from many addresses, as upstreams are (`conntrack.client_addresses`)."""
 GAP_S = 2.0
 """The longest a listener may go without a notification while 12 to 24 fires a second reach its URI."""
-CONFIG_SECRET = "mcpg-gateway-config"
-
-
-@dataclass
-class Sent:
-    t: float
-    """When the request began (before its connection)."""
-    token: str
-    """"old" or "new"."""
-    status: int | None
-    """None: the request failed (refused, reset, timed out)."""
-    client: str
-    done: float = 0.0
-    """When its answer (or failure) was in."""
-    error: str = ""
+TOKEN = "reports-token"
 
 
 @dataclass
@@ -95,38 +87,9 @@ class Listener:
 
 
 @dataclass
-class Sample:
-    t: float
-    """When the sample began: before the configuration Secret was read."""
-    config_tokens: frozenset[str]
-    config_digest: str
-    accepted: bool
-    """status.accepted names the Secret's resourceVersion after the edit, and TokenAccepted is True."""
-    read_at: float
-    """When the WebhookToken's status had been read (its answer in)."""
-    status: dict[str, Any]
-    pods: dict[str, GatewayPod] = field(default_factory=dict)
-    """Every gateway pod not being deleted, by name."""
-    serving: dict[str, str | None] = field(default_factory=dict)
-    """Ready pod -> the digest its acknowledgement serves (None: no answer)."""
-    acked_at: float = 0.0
-    """When every Ready pod's acknowledgement had been read."""
-    generation: int = 0
-    """The gateway Deployment's metadata.generation."""
-
-
-@dataclass
-class Moments:
-    edit: float = 0.0
-    accepted: float = 0.0
-    """The answer in of the first status read saying the new token is accepted: every pod accepted it before."""
-    last_with_old: float = 0.0
-    """The start of the last sample whose configuration Secret still held the old token: no pod had dropped it."""
-    dropped: float = 0.0
-    done: float = 0.0
-    """Every Ready pod's acknowledgement read, each serving a configuration without the old token."""
-    end: float = 0.0
+class Moments(rotation.Moments):
     killed: list[tuple[str, float]] = field(default_factory=list)
+    """Which kill, when."""
 
 
 # -- manifests -----------------------------------------------------------------------------------------------
@@ -145,7 +108,7 @@ def manifests(grace_s: int) -> list[dict[str, Any]]:
         {
             "apiVersion": "mcpg.dev/v1alpha1",
             "kind": "WebhookToken",
-            "metadata": {"name": "reports-token"},
+            "metadata": {"name": TOKEN},
             "spec": {"secretRef": {"name": "reports-webhook"}, "generate": True, "gracePeriodSeconds": grace_s},
         },
         {
@@ -155,222 +118,24 @@ def manifests(grace_s: int) -> list[dict[str, Any]]:
             "spec": {
                 "uri": URI,
                 "backend": {"http": {"url": "http://127.0.0.1:9/reports.json"}},
-                "watch": {"webhook": {"tokenRef": {"name": "reports-token"}}},
+                "watch": {"webhook": {"tokenRef": {"name": TOKEN}}},
             },
         },
     ]
 
 
-# -- the API and the pods, sampled -------------------------------------------------------------------------------
-
-
-class Api:
-    """Fast reads with the admin token, so the sampler sees many states of a rotation; one per thread."""
-
-    def __init__(self, kubeconfig: Path) -> None:
-        cfg = yaml.safe_load(kubeconfig.read_text())
-        self.http = httpx2.Client(
-            base_url=cfg["clusters"][0]["cluster"]["server"],
-            headers={"authorization": f"Bearer {cfg['users'][0]['user']['token']}"},
-            verify=False,
-            timeout=10,
-        )
-
-    def get(self, path: str) -> Any:
-        resp = self.http.get(path)
-        resp.raise_for_status()
-        return resp.json()
-
-    def merge_patch(self, path: str, body: dict[str, Any]) -> Any:
-        resp = self.http.patch(path, json=body, headers={"content-type": "application/merge-patch+json"})
-        resp.raise_for_status()
-        return resp.json()
-
-
 def webhook_tokens(config_yaml: bytes) -> frozenset[str]:
-    [res] = yaml.safe_load(config_yaml)["mcp"]["capabilities"]["resources"]
-    strategy = res["watch"]["strategy"]
+    """The credentials this rotation moves: the watch's token and those still retiring."""
+    strategy = rotation.watch_strategy(config_yaml)
     return frozenset([strategy["token"], *strategy.get("previous_tokens", [])])
 
 
-def condition(status: dict[str, Any], type_: str) -> str | None:
-    return next((c["status"] for c in status.get("conditions", []) if c["type"] == type_), None)
+# -- senders and listeners through the Service ---------------------------------------------------------------------
 
 
-class Sampler:
-    """Samples the API and every Ready pod's acknowledgement on a thread until stopped. `wait_for(predicate)`
-    blocks until a sample satisfies it; `arm(predicate, action)` runs `action` on the sampler's own thread as soon
-    as the first half of a sample (the configuration Secret and the WebhookToken, read first) satisfies it."""
-
-    def __init__(self, kubeconfig: Path, ns: str) -> None:
-        self.api, self.ns = Api(kubeconfig), ns
-        self.acks = httpx2.Client(timeout=2)
-        self.new_version: str | None = None
-        """The token Secret's resourceVersion after the edit, once made."""
-        self.samples: list[Sample] = []
-        self.tokens_by_digest: dict[str, frozenset[str]] = {}
-        """Every configuration digest seen in the Secret -> the webhook tokens it carries."""
-        self.pod_names: dict[str, str] = {}
-        """Pod IP -> name of every pod any sample listed."""
-        self._trigger: tuple[Callable[[Sample], bool], Callable[[], object]] | None = None
-        self._changed = threading.Condition()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="api sampler", daemon=True)
-
-    def arm(self, predicate: Callable[[Sample], bool], action: Callable[[], object]) -> None:
-        with self._changed:
-            self._trigger = (predicate, action)
-
-    def _read(self) -> Sample:
-        ns = f"/api/v1/namespaces/{self.ns}"
-        t = time.monotonic()
-        config = self.api.get(f"{ns}/secrets/{CONFIG_SECRET}")
-        status = self.api.get(f"/apis/mcpg.dev/v1alpha1/namespaces/{self.ns}/webhooktokens/reports-token")
-        status = status.get("status", {})
-        read_at = time.monotonic()
-        accepted = (
-            self.new_version is not None
-            and (status.get("accepted") or {}).get("secretResourceVersion") == self.new_version
-            and condition(status, "TokenAccepted") == "True"
-        )
-        digest = config["metadata"]["annotations"]["mcpg.dev/config-digest"]
-        tokens = webhook_tokens(base64.b64decode(config["data"]["gateway.yaml"]))
-        sample = Sample(t, tokens, digest, accepted, read_at, status)
-        self._fire_trigger(sample)
-        listed = self.api.get(f"{ns}/pods?labelSelector={GATEWAY_SELECTOR}")["items"]
-        live = [gateway_pod(p) for p in listed if not p["metadata"].get("deletionTimestamp")]
-        sample.pods = {p.name: p for p in live}
-        sample.serving = {p.name: self._serving(p.ip) for p in sample.pods.values() if p.ready and p.ip}
-        sample.acked_at = time.monotonic()
-        deployment = self.api.get(f"/apis/apps/v1/namespaces/{self.ns}/deployments/mcpg-gateway")
-        sample.generation = int(deployment["metadata"]["generation"])
-        return sample
-
-    def _serving(self, ip: str | None) -> str | None:
-        try:
-            resp = self.acks.get(f"http://{ip}:{ADMIN_PORT}/admin/v1/configuration")
-            serving = Acknowledgement.model_validate_json(resp.content).serving
-        except (httpx2.HTTPError, ValueError):
-            return None
-        return serving.digest if serving is not None else None
-
-    def _fire_trigger(self, sample: Sample) -> None:
-        with self._changed:
-            trigger = self._trigger
-            if trigger is not None and trigger[0](sample):
-                self._trigger = None
-                trigger[1]()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                sample = self._read()
-            except (KeyError, httpx2.HTTPError):
-                continue  # torn by a concurrent change: read again
-            with self._changed:
-                self.samples.append(sample)
-                self.tokens_by_digest[sample.config_digest] = sample.config_tokens
-                self.pod_names.update({p.ip: p.name for p in sample.pods.values() if p.ip})
-                self._changed.notify_all()
-
-    def __enter__(self) -> Sampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=15)
-        self.api.http.close()
-        self.acks.close()
-
-    def wait_for(self, what: str, predicate: Callable[[Sample], bool], timeout: float = BOUND_S) -> Sample:
-        deadline = time.monotonic() + timeout
-        seen = len(self.samples)
-        with self._changed:
-            while True:
-                for sample in self.samples[seen:]:
-                    if predicate(sample):
-                        return sample
-                seen = len(self.samples)
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    last = self.samples[-1] if self.samples else None
-                    raise AssertionError(f"timed out waiting for {what}; last sample {last}")
-                self._changed.wait(left)
-
-    def settled(self, sample: Sample, tokens: frozenset[str]) -> bool:
-        """Every gateway pod Ready, each serving a configuration whose tokens are `tokens`, and the Secret's too."""
-        ready = [p for p in sample.pods.values() if p.ready]
-        return (
-            sample.config_tokens == tokens
-            and len(ready) == REPLICAS
-            and all(self.tokens_by_digest.get(d or "") == tokens for d in sample.serving.values())
-        )
-
-
-# -- traffic through the Service -------------------------------------------------------------------------------
-
-
-class Traffic:
-    """What the senders recorded; `wait_sent(n)` returns once n responses are in, bounded."""
-
-    def __init__(self) -> None:
-        self.sent: list[Sent] = []
-        self._changed = asyncio.Condition()
-
-    async def record(self, sent: Sent) -> None:
-        sent.done = time.monotonic()
-        self.sent.append(sent)
-        async with self._changed:
-            self._changed.notify_all()
-
-    async def wait_sent(self, count: float) -> None:
-        async with asyncio.timeout(30), self._changed:
-            await self._changed.wait_for(lambda: len(self.sent) >= count)
-
-
-async def send(
-    base: str, label: str, token: str, traffic: Traffic, stop: asyncio.Event, sources: Iterable[str]
-) -> None:
-    """POST the webhook RATE_PER_TOKEN times a second, each on a new connection from the next of `sources`,
-    recording status and client."""
-    host, port = base.removeprefix("http://").split(":")
-    pending: set[asyncio.Task[None]] = set()
-    next_at = time.monotonic()
-    path = f"/webhooks/resource-updated/{token}"
-    for source in itertools.cycle(sources):
-        if stop.is_set():
-            break
-        task = asyncio.create_task(_post(host, int(port), source, path, label, traffic))
-        pending.add(task)
-        task.add_done_callback(pending.discard)
-        next_at += 1 / RATE_PER_TOKEN
-        # This paces the load; it waits for no outcome, and the stop event ends it at once.
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), max(next_at - time.monotonic(), 0))
-    await asyncio.gather(*pending)
-
-
-async def _post(host: str, port: int, source: str, path: str, label: str, traffic: Traffic) -> None:
-    """One HTTP/1.1 POST on its own connection from `source`, over plain asyncio streams: the client address it
-    went from is what conntrack names the answering pod by. Senders cycle through many sources: the Service has
-    ClientIP affinity (3 replicas), so kube-proxy would send everything from one source address to one pod."""
-    t, client = time.monotonic(), ""
-    try:
-        async with asyncio.timeout(5):
-            reader, writer = await asyncio.open_connection(host, port, local_addr=(source, 0))
-            client = "{}:{}".format(*writer.get_extra_info("sockname")[:2])
-            writer.write(
-                f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".encode()
-            )
-            status_line = await reader.readline()
-            await reader.read()  # to the end: the server closes after its response
-            writer.close()
-        status = int(status_line.split()[1])
-    except (OSError, TimeoutError, IndexError, ValueError) as e:
-        await traffic.record(Sent(t, label, None, client, error=repr(e)))
-    else:
-        await traffic.record(Sent(t, label, status, client))
+def unsigned(token: str) -> Callable[[], Delivery]:
+    """Every delivery the same: an empty POST to the token's path."""
+    return functools.partial(Delivery, WEBHOOK_PATH + token)
 
 
 async def listen(url: str, listener: Listener, opened: asyncio.Event) -> None:
@@ -411,36 +176,6 @@ def one_source_per_pod(connections: ServiceConnections, sources: list[str]) -> d
     return chosen
 
 
-# -- the pods that answered ------------------------------------------------------------------------------------
-
-
-def answered_by(connections: ServiceConnections, pod_names: dict[str, str]) -> dict[str, str]:
-    """Client address -> the pod kube-proxy sent that connection to (conntrack's reply source, by name)."""
-    return {client: pod_names[ip] for client, ip in connections.answered_by().items() if ip in pod_names}
-
-
-def stage(t: float, m: Moments) -> str:
-    if t < m.edit:
-        return "before"
-    if t < m.accepted:
-        return "accepting"
-    if t < m.dropped:
-        return "accepted"
-    if t < m.done:
-        return "retiring"
-    return "after"
-
-
-def figures(sent: list[Sent], m: Moments) -> dict[str, dict[str, dict[str, int]]]:
-    """Stage -> token -> status (or "failed") -> count."""
-    out: dict[str, dict[str, dict[str, int]]] = {}
-    for s in sent:
-        counts = out.setdefault(stage(s.t, m), {}).setdefault(s.token, {})
-        key = str(s.status) if s.status is not None else "failed"
-        counts[key] = counts.get(key, 0) + 1
-    return out
-
-
 def longest_gap(told: list[float], start: float, end: float) -> float:
     """The longest time in [start, end] without a notification."""
     points = [start, *(t for t in told if start < t < end), end]
@@ -454,7 +189,7 @@ def longest_gap(told: list[float], start: float, end: float) -> float:
 def api(control_plane: ControlPlane) -> Iterator[Api]:
     api = Api(control_plane.kubeconfig)
     yield api
-    api.http.close()
+    api.close()
 
 
 @pytest.mark.parametrize("kill", ["none", "after-edit", "after-acceptance"])
@@ -462,32 +197,24 @@ async def test_rotation_in_place_refuses_no_sender_ends_no_stream_and_replaces_n
     control_plane: ControlPlane, operators: OperatorRelease, namespace: str, api: Api, kill: str
 ) -> None:
     grace_s = 15 if kill == "after-acceptance" else 0  # a window between acceptance and retirement to kill in
-    docs = "\n---\n".join(yaml.safe_dump(d) for d in manifests(grace_s))
-    control_plane.kubectl("-n", namespace, "apply", "-f", "-", stdin=docs)
-    control_plane.kubectl("-n", namespace, "wait", "--for=condition=Ready", "resourcewatch/reports", "--timeout=150s")
-    control_plane.kubectl(
-        "-n", namespace, "wait", "--for=condition=TokenAccepted", "webhooktoken/reports-token", "--timeout=150s"
-    )
-    secret_path = f"/api/v1/namespaces/{namespace}/secrets/reports-webhook"
-    old = base64.b64decode(api.get(secret_path)["data"]["token"]).decode()
+    rotation.apply_and_wait(control_plane, namespace, manifests(grace_s), [TOKEN])
+    secret_path = rotation.secret_path(namespace, "reports-webhook")
+    old = api.secret_value(namespace, "reports-webhook")
     new = "rotated-" + os.urandom(20).hex()
-    new_digest = hashlib.sha256(new.encode()).hexdigest()[:12]
-    cluster_ip, port = control_plane.service_address(namespace, "mcpg-gateway")
+    cluster_ip, port = control_plane.service_address(namespace, rotation.GATEWAY)
     base = f"http://{cluster_ip}:{port}"
     moments, traffic, stop = Moments(), Traffic(), asyncio.Event()
     loop = asyncio.get_running_loop()
 
-    async def until(what: str, predicate: Callable[[Sample], bool]) -> Sample:
-        return await loop.run_in_executor(None, sampler.wait_for, what, predicate)
-
     with (
         client_addresses(SOURCES) as sources,
         ServiceConnections(cluster_ip, port) as connections,
-        Sampler(control_plane.kubeconfig, namespace) as sampler,
+        Sampler(control_plane.kubeconfig, namespace, TOKEN, webhook_tokens) as sampler,
     ):
+        until = sampler.wait
         first = await until("every pod serving the first token", lambda s: sampler.settled(s, frozenset({old})))
         senders = [
-            asyncio.create_task(send(base, label, t, traffic, stop, sources))
+            asyncio.create_task(send(base, label, unsigned(t), traffic, stop, sources, RATE_PER_TOKEN))
             for label, t in (("old", old), ("new", new))
         ]
         await traffic.wait_sent(4 * RATE_PER_TOKEN)  # two seconds of traffic: sources to every pod
@@ -509,8 +236,8 @@ async def test_rotation_in_place_refuses_no_sender_ends_no_stream_and_replaces_n
             # Killed from the sampler's thread the moment a sample shows it: after the edit, the new token carried
             # by the configuration and not yet accepted; after acceptance, the old token still carried.
             window = {
-                "after-edit": lambda s: new in s.config_tokens and not s.accepted,
-                "after-acceptance": lambda s: s.accepted and old in s.config_tokens,
+                "after-edit": lambda s: new in s.config_credentials and not s.accepted,
+                "after-acceptance": lambda s: s.accepted and old in s.config_credentials,
             }[kill]
             sampler.arm(window, armed.fire)
         moments.edit = time.monotonic()
@@ -518,9 +245,9 @@ async def test_rotation_in_place_refuses_no_sender_ends_no_stream_and_replaces_n
         sampler.new_version = edited["metadata"]["resourceVersion"]
 
         if kill == "after-edit":
-            await until("the new token carried", lambda s: new in s.config_tokens)
+            await until("the new token carried", lambda s: new in s.config_credentials)
             await killed(loop, armed, moments, kill, sampler)
-            seen = api.get(f"/apis/mcpg.dev/v1alpha1/namespaces/{namespace}/webhooktokens/reports-token")
+            seen = api.get(rotation.webhook_token_path(namespace, TOKEN))
             assert (seen["status"].get("accepted") or {}).get("secretResourceVersion") != sampler.new_version, (
                 "the token was accepted before the kill"
             )
@@ -528,9 +255,9 @@ async def test_rotation_in_place_refuses_no_sender_ends_no_stream_and_replaces_n
         moments.accepted = accepted.read_at
         if kill == "after-acceptance":
             await killed(loop, armed, moments, kill, sampler)
-        dropped = await until("the configuration to drop the old token", lambda s: old not in s.config_tokens)
+        dropped = await until("the configuration to drop the old token", lambda s: old not in s.config_credentials)
         moments.dropped = dropped.t
-        moments.last_with_old = max(s.t for s in sampler.samples if old in s.config_tokens)
+        moments.last_with_old = sampler.last_carrying(old)
         assert all(at < moments.dropped for _, at in moments.killed), "the kill came after the old token's drop"
         done = await until(
             "every pod to serve it without the old token", lambda s: sampler.settled(s, frozenset({new}))
@@ -540,7 +267,7 @@ async def test_rotation_in_place_refuses_no_sender_ends_no_stream_and_replaces_n
         await traffic.wait_sent(len(traffic.sent) + 4 * RATE_PER_TOKEN)  # two seconds of traffic after
         moments.end = time.monotonic()
         stop.set()
-        await asyncio.wait_for(asyncio.gather(*senders), 30)
+        await asyncio.wait_for(asyncio.gather(*senders), rotation.SENT_BOUND_S)
         for task in listening:  # a stream still open now is one the rotation did not end
             task.cancel()
         await asyncio.gather(*listening)
@@ -561,14 +288,14 @@ async def test_rotation_in_place_refuses_no_sender_ends_no_stream_and_replaces_n
 
     # 1. No refusal, and no failed request, of the old token answered before the configuration dropped it; once
     #    every pod had dropped it, a 404 from every pod.
-    early_old = [s for s in sent if s.token == "old" and s.done < moments.last_with_old]
+    early_old = [s for s in sent if s.label == "old" and s.done < moments.last_with_old]
     assert {stage(s.t, moments) for s in early_old} >= {"before", "accepting"}
     assert [s for s in early_old if s.status != 200] == []
-    late_old = [s for s in sent if s.token == "old" and s.t > moments.done]
+    late_old = [s for s in sent if s.label == "old" and s.t > moments.done]
     assert late_old
     assert [s for s in late_old if s.status != 404] == []
     # 2. From acceptance on, every request with the new token got a 200, and every pod answered some of them.
-    late_new = [s for s in sent if s.token == "new" and s.t > moments.accepted]
+    late_new = [s for s in sent if s.label == "new" and s.t > moments.accepted]
     assert late_new
     assert [s for s in late_new if s.status != 200] == []
     assert {pods[s.client] for s in late_new if s.client in pods} == set(last.pods), "a pod answered no new token"
@@ -581,35 +308,18 @@ async def test_rotation_in_place_refuses_no_sender_ends_no_stream_and_replaces_n
     assert all(one.opened[0] < moments.edit for one in listeners)
     assert max(gaps) < GAP_S, gaps
     # 4. No pod replaced, restarted or unready at any moment, and no new pod template.
-    assert all({p.uid for p in s.pods.values() if p.ready} == {p.uid for p in first.pods.values()} for s in samples), (
-        "a gateway pod was replaced, or was not Ready, during the rotation"
-    )
-    assert {p.name: p.restarts for p in last.pods.values()} == {p.name: p.restarts for p in first.pods.values()}
-    assert last.generation == first.generation
+    rotation.assert_pods_untouched(samples)
     # 5. Neither token reached a status, an Event, a workload, a log, or any replica's /metrics.
-    objects_yaml = "".join(
-        control_plane.kubectl("-n", namespace, "get", kind, "-o", "yaml").stdout
-        for kind in ("resourcewatches", "webhooktokens", "events", "deployments", "replicasets", "pods", "services")
-    )
-    assert_absent(objects_yaml, "the namespace's objects", old, new)
-    assert_not_logged(operators.log, old, new)
-    for replica in operators.processes:
-        assert_absent(str(replica.metrics()), f"{replica.pod_name}'s /metrics", old, new)
-    logs = control_plane.pod_logs(namespace)
-    assert logs
-    for path in logs:
-        assert_absent(path.read_text(errors="replace"), str(path), old, new)
-    assert_not_logged(control_plane.log("kubelet"), old, new)
+    gateway_ips = [p.ip for p in last.pods.values() if p.ip]
+    rotation.assert_leaked_nowhere(control_plane, operators, namespace, gateway_ips, old, new)
     # 6. The rotation finished, and the status says so; after a kill, under another replica's lead.
     if armed is not None:
         assert operators.leader().pod_name != armed.pod.pod_name
-    status = api.get(f"/apis/mcpg.dev/v1alpha1/namespaces/{namespace}/webhooktokens/reports-token")["status"]
-    assert (status["phase"], status["retiringCount"], status["currentDigest"]) == ("Ready", 0, new_digest)
-    assert status["accepted"]["secretResourceVersion"] == sampler.new_version == status["secretResourceVersion"]
+    rotation.assert_rotated(api, namespace, TOKEN, new, sampler.new_version)
     retired = control_plane.kubectl(
         "-n", namespace, "get", "events", "--field-selector", "reason=TokenRetired", "-o", "json"
     ).stdout
-    assert [e["involvedObject"]["name"] for e in json.loads(retired)["items"]] == ["reports-token"]
+    assert [e["involvedObject"]["name"] for e in json.loads(retired)["items"]] == [TOKEN]
 
 
 async def killed(
@@ -621,7 +331,7 @@ async def killed(
 ) -> None:
     """Once the sampler has fired the armed kill: record it, keep the replica's log and delete its pod."""
     assert armed is not None
-    await loop.run_in_executor(None, sampler.wait_for, "the kill", lambda _: armed.killed_at is not None)
+    await sampler.wait("the kill", lambda _: armed.killed_at is not None)
     assert armed.killed_at is not None
     moments.killed.append((when, armed.killed_at))
     await loop.run_in_executor(None, armed.finish)
