@@ -109,6 +109,8 @@ class WebhookRoute:
             return 403, origins.REFUSAL
         route = self.index.lookup(scope["path"][len(PREFIX) :])
         verifier = route.verifier if route is not None else None
+        if verifier is not None and (early := _refused_by_headers(verifier, headers)) is not None:
+            return self._refused(verifier.scheme, early)
         limit = verifier.max_body_bytes if verifier is not None else server.max_webhook_body_bytes
         body = await _body_within(headers.get(b"content-length"), receive, limit, keep=verifier is not None)
         if body is None:
@@ -135,14 +137,18 @@ class WebhookRoute:
                 return 503, {"error": f"{e}; retry later"}
             if not fresh:
                 verdict = signatures.Verdict("replay", "this delivery id was let through before; it fires once")
-        self._counted(verifier.scheme, verdict.check).inc()
         if not verdict.ok:
-            self.unsigned.inc()
-            return 401, {"error": f"signature check failed: {verdict.detail}", "check": verdict.check}
+            return self._refused(verifier.scheme, verdict)
+        self._counted(verifier.scheme, verdict.check).inc()
         status, answer = await self._fire(route.uri)
         if status != 200 and verdict.delivery_id is not None:
             await self.deliveries.forget(route.uri, verdict.delivery_id)
         return status, answer
+
+    def _refused(self, scheme: str, verdict: signatures.Verdict) -> tuple[int, dict[str, Any]]:
+        self._counted(scheme, verdict.check).inc()
+        self.unsigned.inc()
+        return 401, {"error": f"signature check failed: {verdict.detail}", "check": verdict.check}
 
     def _counted(self, scheme: str, check: str) -> Any:
         child = self._checked.get((scheme, check))
@@ -158,6 +164,18 @@ class WebhookRoute:
             return 503, {"error": f"{e}; retry later"}
         self.ok.inc()
         return 200, {"ok": True, "uri": uri}
+
+
+HEADER_CHECKS = frozenset({"missing_header", "malformed_header", "stale_timestamp"})
+"""The checks a delivery's headers decide alone: one failing them is refused before its body is read."""
+
+
+def _refused_by_headers(verifier: signatures.Verifier, headers: dict[bytes, bytes]) -> signatures.Verdict | None:
+    """The verdict on a delivery whose headers are missing, malformed or stale, or None. Asked of the headers with
+    an empty body, so a sender that cannot pass them never has up to `max_body_bytes` read and hashed; every
+    scheme checks its headers before its signature, so an empty body only makes the signature fail."""
+    verdict = verifier.verify(headers, b"", time.time())
+    return verdict if verdict.check in HEADER_CHECKS else None
 
 
 async def _body_within(declared: bytes | None, receive: Receive, limit: int, keep: bool) -> bytes | None:

@@ -280,3 +280,38 @@ def test_a_bad_bus_field_is_named_and_a_url_with_credentials_is_never_echoed(
     assert len(found) == 1, found
     assert found[0].startswith(expected), found
     assert "hunter2" not in found[0]
+
+
+SECRET = "hunter2-never-shown"
+WHSEC = "whsec_" + "A" * 44
+
+
+def signed(**signature: Any) -> dict[str, Any]:
+    strategy = {"type": "webhook", "token": "t", "signature": signature}
+    return one_resource(watch={"strategy": strategy})
+
+
+SIGNATURE_AT = "mcp.capabilities.resources[0].watch.strategy.signature"
+
+
+@pytest.mark.parametrize(
+    ("signature", "where", "says"),
+    [
+        ({"scheme": "svix", "secrets": [SECRET]}, ".scheme", "'standard-webhooks', 'github'"),
+        ({"scheme": "hmac", "secrets": [SECRET]}, "", "header: scheme hmac needs the header"),
+        ({"scheme": "standard-webhooks", "secrets": [WHSEC, SECRET]}, ".secrets", "entry 1: a standard-webhooks"),
+        ({"scheme": "github", "secrets": [SECRET] * 17}, ".secrets", "at most 16"),
+        ({"scheme": "github", "secrets": ["", ""]}, ".secrets", "every secret is empty"),
+        ({"scheme": "github", "secrets": [SECRET], "prefix": "sha1="}, "", "prefix: only for scheme hmac"),
+        ({"scheme": "gitlab", "secrets": [f" {SECRET}"]}, ".secrets", "travels as a header value"),
+        ({"scheme": "slack", "secrets": [SECRET], "tolerance_s": 3601}, ".tolerance_s", "3600"),
+    ],
+    ids=["scheme", "hmac-header", "whsec", "too-many", "all-empty", "hmac-only", "gitlab-header", "tolerance"],
+)
+def test_a_bad_signature_block_names_the_field_and_never_a_secret(
+    signature: dict[str, Any], where: str, says: str
+) -> None:
+    [problem] = problems(signed(**signature))
+    assert problem.startswith(f"{SIGNATURE_AT}{where}: "), problem
+    assert says in problem
+    assert SECRET not in problem

@@ -218,3 +218,12 @@ async def test_the_replay_record_is_bounded_and_counts_what_it_forgot_early(monk
         assert await seen.first(URI, str(n), 600.0) is True
     assert (len(seen), seen.evicted) == (3, 2)
     assert await seen.first(URI, "4", 600.0) is False
+
+
+async def test_headers_that_fail_are_refused_before_the_body_is_read(gw: RunningGateway) -> None:
+    # Over the 4,096-byte bound: were the body read first, this would be a 413.
+    body, headers = delivery(NEW, body=b"x" * 5000)
+    resp = await post(gw, body, {**headers, "webhook-timestamp": "0"})
+    assert (resp.status_code, resp.json()["check"]) == (401, "stale_timestamp")
+    resp = await post(gw, body, {k: v for k, v in headers.items() if k != "webhook-id"})
+    assert (resp.status_code, resp.json()["check"]) == (401, "missing_header")
