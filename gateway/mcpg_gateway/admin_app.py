@@ -182,6 +182,8 @@ def _webhooks(gw: Gateway) -> dict[str, Any]:
                 "uri": r.uri,
                 "path": "/webhooks/resource-updated/{token}",
                 "generated_token": r.generated_token,
+                # The scheme a delivery must be signed with (never a secret), or null: the token alone fires it.
+                "signature": r.verifier.scheme if r.verifier is not None else None,
             }
             for r in gw.webhooks.routes()
         ]

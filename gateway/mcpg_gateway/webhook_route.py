@@ -76,7 +76,7 @@ class WebhookRoute:
         self.forbidden, self.too_large = requests.labels("forbidden_origin"), requests.labels("too_large")
         self.bus_unavailable, self.unsigned = requests.labels("bus_unavailable"), requests.labels("signature_refused")
         self._signatures = counters.signatures
-        self._checked: dict[tuple[str, str], Any] = {}
+        self._checked: dict[tuple[str, str], Counter] = {}
         """Label children of the signature counter by (scheme, check), resolved on first use (see above)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -133,8 +133,7 @@ class WebhookRoute:
             try:
                 fresh = await self.deliveries.first(route.uri, verdict.delivery_id, 2.0 * verifier.tolerance_s)
             except BusUnavailableError as e:
-                self.bus_unavailable.inc()
-                return 503, {"error": f"{e}; retry later"}
+                return self._unavailable(e)
             if not fresh:
                 verdict = signatures.Verdict("replay", "this delivery id was let through before; it fires once")
         if not verdict.ok:
@@ -145,12 +144,17 @@ class WebhookRoute:
             await self.deliveries.forget(route.uri, verdict.delivery_id)
         return status, answer
 
+    def _unavailable(self, error: BusUnavailableError) -> tuple[int, dict[str, Any]]:
+        """503: the bus could not take the fire (or record its id), so the sender should retry."""
+        self.bus_unavailable.inc()
+        return 503, {"error": f"{error}; retry later"}
+
     def _refused(self, scheme: str, verdict: signatures.Verdict) -> tuple[int, dict[str, Any]]:
         self._counted(scheme, verdict.check).inc()
         self.unsigned.inc()
         return 401, {"error": f"signature check failed: {verdict.detail}", "check": verdict.check}
 
-    def _counted(self, scheme: str, check: str) -> Any:
+    def _counted(self, scheme: str, check: str) -> Counter:
         child = self._checked.get((scheme, check))
         if child is None:
             child = self._checked[scheme, check] = self._signatures.labels(scheme, check)
@@ -160,8 +164,7 @@ class WebhookRoute:
         try:
             await self.fire(uri)
         except BusUnavailableError as e:
-            self.bus_unavailable.inc()
-            return 503, {"error": f"{e}; retry later"}
+            return self._unavailable(e)
         self.ok.inc()
         return 200, {"ok": True, "uri": uri}
 

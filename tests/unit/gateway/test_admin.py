@@ -99,19 +99,25 @@ async def test_every_fire_writes_one_json_audit_event(gw: RunningGateway, caplog
     }
 
 
-async def test_webhooks_admin_view_shows_only_generated_tokens(
+async def test_webhooks_admin_view_shows_only_generated_tokens_and_which_scheme_signs(
     gateway_factory: GatewayFactory, upstream: Upstream
 ) -> None:
     raw = gateway_config(
         resource("set", "x://set", f"{upstream.url}/r", {"type": "webhook", "token": "configured-secret"}),
         resource("gen", "x://gen", f"{upstream.url}/r", {"type": "webhook"}),
+        resource("signed", "x://signed", f"{upstream.url}/r", {"type": "webhook", "token": "t", "signature": SIGNED}),
     )
     gw = await gateway_factory(raw, admin_token="adm-token")
     resp = await admin_get(gw, "/admin/v1/webhooks")
     hooks = {h["resource"]: h for h in resp.json()["webhooks"]}
     assert hooks["set"]["generated_token"] is None
     assert hooks["gen"]["generated_token"]
+    assert [hooks[name]["signature"] for name in ("set", "gen", "signed")] == [None, None, "github"]
     assert "configured-secret" not in resp.text
+    assert "signing-secret" not in resp.text
+
+
+SIGNED = {"scheme": "github", "secrets": ["signing-secret"]}
 
 
 async def test_health_and_readiness_answer_on_the_public_port(gw: RunningGateway) -> None:
