@@ -107,34 +107,67 @@ def prefix(kind: str) -> str:
     return "items" if kind == "gateway" else "ref"
 
 
+ROUNDS = 3
+"""Consecutive rounds, each the reference then the gateway: the bar must hold in every one."""
+
+
 def run(workdir: Path, uris: int, warmup_s: float, window_s: float, together: bool) -> dict[str, Any]:
-    """`together` (smoke mode) measures both over one window; otherwise one after the other."""
+    """`together` (smoke mode) measures both over one window; otherwise `ROUNDS` rounds of the reference, then
+    the gateway, each alone on the machine, each a fresh process."""
     port = procs.free_port()
     upstream = f"http://127.0.0.1:{port}"
     up = procs.Proc([procs.PY, "-c", UPSTREAM, str(port)], stderr=subprocess.DEVNULL)
     result: dict[str, Any] = {"uris": uris, "interval_s": INTERVAL_MS / 1000}
     try:
         procs.wait_http(f"{upstream}/_hits")
-        ref = procs.reference(["-c", BARE_LOOP, upstream, str(uris)])
-        try:
-            ref.expect("READY", 30)
-            if together:
-                gw, clients = start_gateway(workdir, upstream, uris)
-                with procs.started(gw.proc, *clients):
-                    result.update(measure({"reference": ref.pid, "gateway": gw.pid}, upstream, warmup_s, window_s))
-            else:
-                result.update(measure({"reference": ref.pid}, upstream, warmup_s, window_s))
-        finally:
-            ref.stop()
-        if not together:
-            gw, clients = start_gateway(workdir, upstream, uris)
-            with procs.started(gw.proc, *clients):
-                result.update(measure({"gateway": gw.pid}, upstream, warmup_s, window_s))
+        if together:
+            rounds = [_together(workdir, upstream, uris, warmup_s, window_s)]
+        else:
+            rounds = [_alone(workdir, upstream, uris, warmup_s, window_s) for _ in range(ROUNDS)]
     finally:
         up.stop()
-    ref_ms = result["reference"]["cpu_ms_per_poll"]
-    # A tiny (smoke) run can use less than one clock tick: no ratio then, rather than a division by zero.
-    result["ratio"] = round(result["gateway"]["cpu_ms_per_poll"] / ref_ms, 2) if ref_ms else None
-    result["bar"] = "CPU per poll <= 1.5x reference"
-    result["met"] = result["ratio"] is not None and result["ratio"] <= 1.5
+    worst = max(rounds, key=lambda r: r["ratio"] if r["ratio"] is not None else float("inf"))
+    result.update(reference=worst["reference"], gateway=worst["gateway"], ratio=worst["ratio"])
+    result["ratios"] = [r["ratio"] for r in rounds]
+    result["bar"] = f"CPU per poll <= 1.5x reference, in each of {len(rounds)} consecutive rounds"
+    result["met"] = all(r is not None and r <= 1.5 for r in result["ratios"])
     return result
+
+
+def _together(workdir: Path, upstream: str, uris: int, warmup_s: float, window_s: float) -> dict[str, Any]:
+    ref = _reference(upstream, uris)
+    try:
+        gw, clients = start_gateway(workdir, upstream, uris)
+        with procs.started(gw.proc, *clients):
+            return _ratio(measure({"reference": ref.pid, "gateway": gw.pid}, upstream, warmup_s, window_s))
+    finally:
+        ref.stop()
+
+
+def _alone(workdir: Path, upstream: str, uris: int, warmup_s: float, window_s: float) -> dict[str, Any]:
+    ref = _reference(upstream, uris)
+    try:
+        measured = measure({"reference": ref.pid}, upstream, warmup_s, window_s)
+    finally:
+        ref.stop()
+    gw, clients = start_gateway(workdir, upstream, uris)
+    with procs.started(gw.proc, *clients):
+        measured.update(measure({"gateway": gw.pid}, upstream, warmup_s, window_s))
+    return _ratio(measured)
+
+
+def _reference(upstream: str, uris: int) -> procs.Proc:
+    ref = procs.reference(["-c", BARE_LOOP, upstream, str(uris)])
+    try:
+        ref.expect("READY", 30)
+    except BaseException:
+        ref.stop()
+        raise
+    return ref
+
+
+def _ratio(measured: dict[str, dict[str, float]]) -> dict[str, Any]:
+    ref_ms = measured["reference"]["cpu_ms_per_poll"]
+    # A tiny (smoke) run can use less than one clock tick: no ratio then, rather than a division by zero.
+    ratio = round(measured["gateway"]["cpu_ms_per_poll"] / ref_ms, 2) if ref_ms else None
+    return {**measured, "ratio": ratio}

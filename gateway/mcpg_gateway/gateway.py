@@ -142,7 +142,7 @@ class Gateway:
     def _fanout(self, registry: strategies.Registry, cfg: config.GatewaySection) -> fanout.Fanout:
         clock = self.options.clock
         build = running.build_with(
-            registry.build, self._read_bytes, clock, self.shared, digest=self.reader.digest, rules=self.liveness
+            registry.build, self._read_bytes, clock, self.shared, digester=self.reader.digester, rules=self.liveness
         )
         owned = self.owners.run if self.owners is not None else None
         timeout_s = self.options.send_timeout_s

@@ -27,7 +27,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import NoReturn
@@ -64,6 +64,21 @@ class Content:
     body: bytes
     mime_type: str | None
     status: int
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """What a read of one binding sends, and what it is counted under: the same on every read of the binding."""
+
+    url: yarl.URL | str
+    """Rendered: the template's variables substituted; parsed here once rather than by aiohttp on every read
+    (a URL that does not parse stays text, for the read to fail on as it would have)."""
+    headers: dict[str, str]
+    """The backend's headers, credentials in clear: never to be logged."""
+    key: upstream_pauses.Key
+    """What a 429 pauses (the upstream and these credentials)."""
+    origin: str
+    """The backend's origin as configured, whose connection slots the read takes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,35 +132,50 @@ class HttpReader:
         """The upstreams (host:port) a read is using or waiting for now; an idle one keeps no state."""
         return self._slots.in_use()
 
+    def request(self, binding: catalog.Binding) -> Request:
+        """What every read of `binding` sends: worked out once for a watch, which sends it every interval."""
+        url, headers = _target(binding)
+        return Request(
+            _parsed(url),
+            headers,
+            upstream_pauses.key_for(url, headers),
+            upstream_pauses.origin_of(binding.entry.backend.url),  # as configured: one per template
+        )
+
+    def digester(self, binding: catalog.Binding) -> Callable[[], Awaitable[bytes]]:
+        """`digest` of `binding`, its request worked out once: what a poll calls every interval."""
+        request = self.request(binding)
+        return lambda: self.digest(binding, request)
+
     async def read(self, binding: catalog.Binding) -> Content:
         """The whole body (at most the backend's `max_response_bytes`)."""
         chunks: list[bytes] = []
-        status, mime = await self._fetch(binding, chunks.append)
+        status, mime = await self._fetch(binding, self.request(binding), chunks.append)
         body = b"".join(chunks)
         if binding.entry.backend.require_json_response:
             check_json(binding.uri, body)
         return Content(body, binding.entry.mime_type or mime, status)
 
-    async def digest(self, binding: catalog.Binding) -> bytes:
+    async def digest(self, binding: catalog.Binding, request: Request | None = None) -> bytes:
         """The SHA-256 of the body `read` returns, hashed as it arrives so that it is never held whole; except with
-        `require_json_response`, which needs the whole (capped) body to parse it."""
+        `require_json_response`, which needs the whole (capped) body to parse it. `request`: `binding`'s, if the
+        caller kept it (`digester`)."""
         if binding.entry.backend.require_json_response:
             return hashlib.sha256((await self.read(binding)).body).digest()
         hasher = hashlib.sha256()
-        await self._fetch(binding, hasher.update)
+        await self._fetch(binding, request if request is not None else self.request(binding), hasher.update)
         return hasher.digest()
 
-    async def _fetch(self, binding: catalog.Binding, sink: Sink) -> tuple[int, str | None]:
+    async def _fetch(self, binding: catalog.Binding, request: Request, sink: Sink) -> tuple[int, str | None]:
         """Read on one of the origin's connections within `timeout_ms`, the body into `sink`: (status, mime type)."""
         backend = binding.entry.backend
-        url, headers = _target(binding)
-        key = upstream_pauses.key_for(url, headers)
+        key, headers = request.key, request.headers
         self._hold_if_paused(binding, key)
-        slot = self._slots.slot(upstream_pauses.origin_of(backend.url))  # as configured: one per template
+        slot = self._slots.slot(request.origin)
         try:
             async with asyncio.timeout(backend.timeout_ms / 1000), slot:
                 answer = await self._exchange(
-                    binding, key, headers, _Hop(backend.method.upper(), url, backend.body), sink
+                    binding, key, headers, _Hop(backend.method.upper(), request.url, backend.body), sink
                 )
         except TimeoutError as e:
             if not slot.entered:
@@ -326,6 +356,13 @@ def _target(binding: catalog.Binding) -> tuple[str, dict[str, str]]:
     """The URL (rendered) and the headers (the credentials, in clear: never to be logged) a read sends."""
     backend = binding.entry.backend
     return render_url(backend.url, binding.variables), {k: v.get_secret_value() for k, v in backend.headers.items()}
+
+
+def _parsed(url: str) -> yarl.URL | str:
+    try:
+        return yarl.URL(url)
+    except ValueError:  # aiohttp raises it again as `InvalidURL` in the read, which says so
+        return url
 
 
 def _upstream(binding: catalog.Binding) -> str:

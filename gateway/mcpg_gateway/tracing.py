@@ -16,17 +16,17 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import TYPE_CHECKING
 
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-from opentelemetry.sdk.trace import SpanLimits, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from mcpg_gateway.contract import uris
+
+if TYPE_CHECKING:  # the SDK and its exporter are imported only where traces are exported (`provider`)
+    from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 
 DEFAULT_SERVICE_NAME = "mcpg-gateway"
 """`service.name` unless OTEL_SERVICE_NAME (or `service.name` in OTEL_RESOURCE_ATTRIBUTES) says otherwise."""
@@ -49,6 +49,8 @@ SUBSCRIBER_KIND = "mcpg.subscriber.kind"
 Parent = otel_context.Context
 """Where a span started later (a notification's, in its subscriber's task) belongs: the context of its fire."""
 
+_recording = False
+"""Set by `record_with`: a provider is installed."""
 _tracer = trace.get_tracer("mcpg_gateway")
 """A proxy: it follows the provider `install` sets, and is a no-op until then (and for good when none is)."""
 
@@ -71,6 +73,13 @@ def provider(environ: Mapping[str, str]) -> TracerProvider | None:
     """
     if not exporting(environ):
         return None
+    # Imported here: the SDK and the OTLP exporter (protobuf, an HTTP client) are about 4 MB of every gateway's
+    # memory, and most gateways export no traces.
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
     resource = Resource.create()
     if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
         resource = resource.merge(Resource({SERVICE_NAME: DEFAULT_SERVICE_NAME}))
@@ -82,6 +91,8 @@ def provider(environ: Mapping[str, str]) -> TracerProvider | None:
 def span_limits() -> SpanLimits:
     """The SDK's span limits from the standard variables (OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT and the others), with
     attribute values held to `MAX_ATTRIBUTE_CHARS`: a variable may lower that bound, never lift it."""
+    from opentelemetry.sdk.trace import SpanLimits
+
     configured = SpanLimits()
     return SpanLimits(
         max_attribute_length=_at_most(configured.max_attribute_length),
@@ -97,8 +108,15 @@ def install(environ: Mapping[str, str] = os.environ) -> bool:
     """Called once at start-up: set the global provider if the environment asks for traces. True if it did."""
     built = provider(environ)
     if built is not None:
-        trace.set_tracer_provider(built)  # flushed and shut down at exit by the SDK's own atexit hook
+        record_with(built)  # flushed and shut down at exit by the SDK's own atexit hook
     return built is not None
+
+
+def record_with(installed: trace.TracerProvider) -> None:
+    """Make `installed` the global provider (once per process, as the API allows): spans are recorded from now on."""
+    global _recording
+    trace.set_tracer_provider(installed)
+    _recording = not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
 
 
 def span(
@@ -119,8 +137,9 @@ def span(
 
 
 def enabled() -> bool:
-    """Whether spans are recorded: a provider is installed. The fan-out asks before it builds a span's attributes."""
-    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    """Whether spans are recorded: a provider is installed (`record_with`). The fan-out asks before it builds a
+    span's attributes, and every poll asks twice: a flag, since the API's own answer reads the environment."""
+    return _recording
 
 
 _OFF = nullcontext(trace.INVALID_SPAN)

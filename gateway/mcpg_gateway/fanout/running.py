@@ -243,17 +243,18 @@ def build_with(
     read: Callable[[catalog.Binding], Awaitable[bytes]],
     clock: base.Clock,
     shared: Mapping[str, base.SharedClient] | None = None,
-    digest: Callable[[catalog.Binding], Awaitable[bytes]] | None = None,
+    digester: Callable[[catalog.Binding], Callable[[], Awaitable[bytes]]] | None = None,
     rules: liveness.Rules | None = None,
 ) -> StrategyBuilder:
-    """A `StrategyBuilder`: each watch gets its binding's reader (and streaming digest, if there is one), the
-    clock, its type's shared client and the liveness rules."""
+    """A `StrategyBuilder`: each watch gets its binding's reader (and streaming digest, if there is one: built
+    once per watch, which sends the same request every interval), the clock, its type's shared client and the
+    liveness rules."""
     rules = rules or liveness.Rules()
 
     def builder(binding: catalog.Binding, stats: base.ReadStats) -> base.WatchStrategy:
         assert binding.watch is not None, "only watched bindings get a watcher"
         spec = binding.watch.strategy
-        hashed = None if digest is None else lambda: digest(binding)
+        hashed = None if digester is None else digester(binding)
         client = (shared or {}).get(spec.type)
         ctx = base.WatchContext(binding, lambda: read(binding), stats, clock, client, hashed, rules)
         return build(spec, ctx)

@@ -8,24 +8,27 @@ from __future__ import annotations
 
 from typing import Any
 
-import asyncpg
-
 from mcpg_gateway import redaction
 from mcpg_gateway.errors import StrategyError
 
 CONNECT_TIMEOUT_S = 10.0
 
-CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
-    OSError,
-    TimeoutError,
-    asyncpg.PostgresError,
-    asyncpg.InterfaceError,
-)
-"""What a query or LISTEN on a live connection raises when the server or the network fails."""
+
+def connection_errors() -> tuple[type[BaseException], ...]:
+    """What a query or LISTEN on a live connection raises when the server or the network fails.
+
+    asyncpg is imported on a gateway's first PostgreSQL connection, not at start-up: it is about 3 MB of memory
+    that a gateway with no PostgreSQL watch would hold for nothing. Called in an `except` clause, this runs only
+    when something was raised, by then on a connection asyncpg made."""
+    import asyncpg
+
+    return (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError)
 
 
 async def connect(url: str, application_name: str, **settings: str) -> Any:
     """A new connection to `url`, or `StrategyError` naming the redacted URL and why."""
+    import asyncpg  # see `connection_errors`
+
     where = redaction.redact_url(url)
     server_settings = {"application_name": application_name, **settings}
     # `from None` throughout: a cause may quote the URL, and the message already says what failed.
@@ -51,5 +54,5 @@ async def discard(conn: Any) -> None:
         return
     try:
         await conn.close(timeout=2)
-    except CONNECTION_ERRORS:
+    except connection_errors():
         conn.terminate()

@@ -61,7 +61,7 @@ class PostgresListenWatch:
         conn = await pg.connect(self._url, APPLICATION_NAME)
         try:
             await conn.add_listener(self._channel, self._on_notify)
-        except pg.CONNECTION_ERRORS as e:
+        except pg.connection_errors() as e:
             await pg.discard(conn)
             raise StrategyError(f"LISTEN {self._channel!r} failed: {pg.describe(e, self._url)}") from None
         conn.add_termination_listener(self._on_terminated)
@@ -80,7 +80,7 @@ class PostgresListenWatch:
                 self._lost(conn, "unresponsive", f"no answer to a round trip within {rules.timeout_s:g} s")
                 conn.terminate()  # also cancels asyncpg's own attempt to cancel the query
                 return
-            except pg.CONNECTION_ERRORS as e:
+            except pg.connection_errors() as e:
                 self._lost(conn, "closed", pg.describe(e, self._url))
                 conn.terminate()
                 return

@@ -163,7 +163,7 @@ class SqlPollingWatch:
                 f"the tracking query did not answer within {self._timeout_s:g} s (timeout_ms); the connection "
                 "is closed and the next poll opens a new one"
             ) from None
-        except pg.CONNECTION_ERRORS as e:
+        except pg.connection_errors() as e:
             if conn.is_closed():
                 self._lose(conn, "closed")
             else:

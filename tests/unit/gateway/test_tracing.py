@@ -63,7 +63,7 @@ def provider() -> TracerProvider:
     if isinstance(current, TracerProvider):
         return current
     installed = TracerProvider()
-    trace.set_tracer_provider(installed)
+    tracing.record_with(installed)
     return installed
 
 
