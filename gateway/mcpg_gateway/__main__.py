@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import os
 import signal
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mcpg_gateway import admin_app, cancellation, config_secret, logs, servers, stdio, tracing
+from mcpg_gateway import admin_app, cancellation, config_secret, logs, memory_fit, servers, stdio, tracing
 from mcpg_gateway.contract import check, config, loading
 from mcpg_gateway.contract.errors import ConfigError, Problem
 from mcpg_gateway.gateway import Gateway, Options
@@ -150,6 +151,9 @@ def _starting(args: argparse.Namespace, plugins: plugin.PluginRegistry) -> Start
 
 
 def _gateway(start: Start, options: Options) -> Gateway:
+    # Serving, the caps fit the container's memory limit, read once: the kernel would kill the process long
+    # before the configured caps refused anyone (`memory_fit.py`).
+    options = dataclasses.replace(options, memory_limit_bytes=memory_fit.container_limit())
     gw = Gateway(start.cfg, options, start.document)
     if start.refused is not None and start.document is None:
         gw.served.refuse({}, start.refused.problems, None)

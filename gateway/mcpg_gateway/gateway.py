@@ -36,6 +36,7 @@ from mcpg_gateway import (
     catalog,
     identity,
     liveness,
+    memory_fit,
     ownership,
     peers,
     policy,
@@ -73,6 +74,9 @@ class Options:
     """This process's name in its acknowledgement; None: `POD_NAME`, else the host name."""
     environ: Mapping[str, str] | None = None
     """Where a new configuration's `${env.NAME}` are resolved; None: the process's environment."""
+    memory_limit_bytes: int | None = None
+    """The container's memory limit, which every configuration's caps are fitted to (`memory_fit.py`); None fits
+    nothing (the entrypoint reads the cgroup's; `--check` and tests leave it out)."""
 
 
 class Gateway:
@@ -85,9 +89,13 @@ class Gateway:
     ) -> None:
         """`document`: the configuration as written (its digests are what the process acknowledges serving); None
         when it was built otherwise (tests): the first configuration offered is then applied whatever it is."""
-        self.config = cfg
         self.options = options or Options()
         self.metrics = Metrics()
+        cfg, self.memory_fit = memory_fit.fitted(cfg, self.options.memory_limit_bytes)
+        """The caps as configured, lowered to fit the container's memory: what every part is given (`memory_fit`)."""
+        memory_fit.log(self.memory_fit)
+        self._show_limits(cfg)
+        self.config = cfg
         plugins = self.options.plugins or plugin.PluginRegistry.load()
         self.plugins = plugins
         expressions = self.verify(cfg)
@@ -130,7 +138,13 @@ class Gateway:
 
     def swap(self, cfg: config.GatewayConfig, expressions: cel.Expressions) -> None:
         """Serve `cfg` (checked: `verify`) from now on, in one synchronous step: nothing awaits between the parts,
-        so no request or fire sees half of it. Watchers and subscribers are `reconfigure.py`'s to follow."""
+        so no request or fire sees half of it. Watchers and subscribers are `reconfigure.py`'s to follow. Its caps
+        are fitted to the container's memory as the first configuration's were (said again only when that changes)."""
+        cfg, fit = memory_fit.fitted(cfg, self.options.memory_limit_bytes)
+        if fit.lowered != self.memory_fit.lowered:
+            memory_fit.log(fit)
+        self.memory_fit = fit
+        self._show_limits(cfg)
         self.config = cfg
         self.identity.replace(cfg.gateway.auth)
         self._catalog.replace(cfg.mcp.capabilities)
@@ -138,6 +152,11 @@ class Gateway:
         resources = cfg.mcp.capabilities.resources
         self.webhooks.replace(webhook.build_index(resources, self.webhooks.generated()))
         self.fanout.use(cfg.gateway)
+
+    def _show_limits(self, cfg: config.GatewayConfig) -> None:
+        """The fitted caps as a gauge, so what the process admits is visible (the card shows them too)."""
+        for name in memory_fit.SHOWN:
+            self.metrics.limit_fitted.labels(name).set(getattr(cfg.gateway.limits, name))
 
     def _fanout(self, registry: strategies.Registry, cfg: config.GatewaySection) -> fanout.Fanout:
         clock = self.options.clock

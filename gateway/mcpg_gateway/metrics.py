@@ -161,6 +161,14 @@ class Metrics:
             "How long the latest configuration applied took to check and swap in (the event loop waited that long)",
             registry=r,
         )
+        self.limit_fitted = Gauge(
+            "mcpg_limit_fitted",
+            "Each admission cap as served: the configured value, lowered at start (and on each configuration applied) "
+            "to fit the container memory limit (sessions_total, listen_streams_total, watches_total and their "
+            "per-principal limits)",
+            ["limit"],
+            registry=r,
+        )
         self.config_restart_pending = Gauge(
             "mcpg_config_restart_pending",
             "1 while the configuration served changes a field only a restart applies (the bus, NATS, liveness, "
