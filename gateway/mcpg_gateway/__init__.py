@@ -44,6 +44,7 @@ Module map (a request's path through it, top to bottom):
                     writers), frames, streams, eager
     bus             N gateways as one (gateway.bus): fires published once on NATS, told by every process
     ownership       pull watches read by one gateway for all: leases, stored state, handover, self-fencing
+    rendezvous      which gateway should own a pull URI: rendezvous hashing over the live gateways that want it
     buckets         the bus's key-value buckets (<bucket>-owners, -state, -deliveries), created if missing
     peers           what the other gateways on the bus say of their event sources, which /readyz weighs
     upstream_pauses after a 429, every read of that upstream with the same credentials waits out its pause

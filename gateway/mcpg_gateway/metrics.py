@@ -210,7 +210,8 @@ class BusMetrics:
         )
         self.lease_changes = Counter(
             "mcpg_bus_lease_changes_total",
-            "Pull-watch lease changes, by event (acquired, released, lost, fenced)",
+            "Pull-watch lease changes, by event (acquired, released, handed_over: released to a gateway that should own"
+            " it, unclaimed: acquired after one that should own it left it free, lost, fenced)",
             ["event"],
             registry=r,
         )

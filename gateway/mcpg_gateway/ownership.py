@@ -14,6 +14,14 @@ no state stored it stores its own baseline and fires nothing. A URI nobody watch
 what its last owner left: a change made meanwhile is told once to the new subscribers (a re-read too many,
 never one too few).
 
+Leases spread over the gateways that want them (`rendezvous.py`): a contender writes its interest at every attempt,
+and takes a free lease at once only if no live gateway that outranks it wants it (else after a grace). At each
+renewal the owner reads the interest of the live gateways that outrank it (none, once it is the one that should
+own the URI); if one wants it, the owner hands over: it lets its reading finish the check under way (the state of
+a fire is stored before the lease goes), releases the lease and contends again. The successor resumes from the
+stored state and checks at once, as after any other handover. A single gateway, or one that hears no other, keeps
+what it has.
+
 Everything read from the buckets is another client's word (any client of the namespace's bus account may write
 there): an entry is parsed only within a size bound, never raises, and one that is not ours is discarded and
 logged, the watch then taking its own baseline. A lease held for long by a name no gateway on the bus reports as
@@ -35,7 +43,7 @@ from typing import Any, Literal
 import nats.js.errors
 from nats.js.kv import KeyValue
 
-from mcpg_gateway import bus, cancellation
+from mcpg_gateway import bus, cancellation, rendezvous
 from mcpg_gateway.errors import BusUnavailableError
 from mcpg_gateway.strategies import base
 
@@ -51,7 +59,7 @@ MAX_LEASE_BYTES = 1024
 MAX_HOLDER_CHARS = 253
 """A holder named in a lease, as logs and the admin API show it: a pod's name at most."""
 
-End = Literal["lost", "fenced"]
+End = Literal["lost", "fenced", "handed_over"]
 
 
 @dataclass
@@ -119,9 +127,10 @@ class Contention:
     """One episode of contending for a lease another holds (until this gateway takes it). Pure: times are the
     injected clock's.
 
-    The holder is read when the episode starts and every `suspect_after_s` after. A holder that no gateway on
-    the bus reports as (`peers.py`), still holding it `suspect_after_s` into the episode, is a suspect: said
-    once per episode. Long enough that a real gateway has been heard from (it reports every liveness interval)."""
+    The holder (read at every attempt) is weighed when the episode starts and every `suspect_after_s` after. A
+    holder that no gateway on the bus reports as (`peers.py`), still holding it `suspect_after_s` into the episode,
+    is a suspect: said once per episode. Long enough that a real gateway has been heard from (it reports every
+    liveness interval)."""
 
     since: float
     suspect_after_s: float
@@ -164,6 +173,8 @@ class Owners:
         """The holder each contended lease names (None: an entry no gateway wrote), as last read."""
         self._lease_value = lease_value(the_bus.instance)
         self._changed = asyncio.Event()
+        self._roster = rendezvous.Roster(the_bus.rules.interval_s)
+        """Which gateways heard on the bus have stayed a liveness interval: those a lease may be handed to."""
 
     def owns(self, uri: str) -> bool:
         return uri in self._owned
@@ -182,65 +193,117 @@ class Owners:
     async def run(self, uri: str, strategy_type: str, pull: base.PullStrategy, deliver: base.Fire) -> None:
         """Contend for `uri`'s lease; while held, read for every gateway. Until cancelled (then release)."""
         watch = _Watch(uri, bus.uri_hash(uri), strategy_type, pull, deliver)
-        while True:
-            cancellation.reraise()  # a cancel the last release swallowed: no new contention
-            lease = await self._acquire(watch)
-            self._set_owned(watch.uri, True)
+        placement = rendezvous.Placement(watch.key, self._bus.instance, self._ttl_s())
+        try:
+            while True:
+                cancellation.reraise()  # a cancel the last release swallowed: no new contention
+                await self._hold(watch, placement, await self._acquire(watch, placement))
+        finally:
+            await self._withdraw(placement)  # not guarded either: a cancel is under way
+
+    async def _hold(self, watch: _Watch, placement: rendezvous.Placement, lease: Lease) -> None:
+        """Read for every gateway until the lease is lost, fenced or handed over (or this is cancelled); release."""
+        placement.held_by(self._bus.instance)
+        self._set_owned(watch.uri, True)
+        reading = asyncio.Lock()
+        """Held by the reading from a check until its fire's state is stored: a handover waits for it to be free."""
+        try:
+            cancellation.reraise()  # the stop came with the lease (the create swallowed it): released at once
+            keep = self._keep(watch, lease, placement, reading)
+            await _first_done(f"watch {watch.uri}", lease=keep, reading=self._work(watch, reading))
+        finally:
             try:
-                cancellation.reraise()  # the stop came with the lease (the create swallowed it): released at once
-                await _first_done(f"watch {uri}", lease=self._keep(watch, lease), reading=self._work(watch))
+                await self._release(watch, lease)  # not guarded: it must finish, and a cancel is under way
             finally:
-                try:
-                    await self._release(watch, lease)  # not guarded: it must finish, and a cancel is under way
-                finally:
-                    self._set_owned(watch.uri, False)
+                self._set_owned(watch.uri, False)
 
     # --- the lease -------------------------------------------------------------------------------------------
 
-    async def _acquire(self, watch: _Watch) -> Lease:
+    async def _acquire(self, watch: _Watch, placement: rendezvous.Placement) -> Lease:
         contention = Contention(self._clock.now(), self._suspect_after_s())
+        placement.ttl_s = self._ttl_s()  # the bucket's actual TTL, once it is open
         try:
             while True:
-                lease = await self._try_acquire(watch, contention)
+                lease = await self._try_acquire(watch, contention, placement)
                 if lease is not None:
                     return lease
-                await asyncio.sleep(self._ttl_s() / 3)
+                await asyncio.sleep(placement.wait_s(time.monotonic()))
         finally:
             self._holders.pop(watch.uri, None)
 
-    async def _try_acquire(self, watch: _Watch, contention: Contention) -> Lease | None:
+    async def _try_acquire(
+        self, watch: _Watch, contention: Contention, placement: rendezvous.Placement
+    ) -> Lease | None:
+        """One attempt: say this gateway wants the URI; read the lease; if it is free and this gateway should take
+        it (`rendezvous.Placement.take_free`), create it (put-if-absent)."""
         buckets = self._bus.buckets
         if buckets is None or not self._bus.connected:
             return None
+        await rendezvous.declare(buckets.owners, placement, time.monotonic())
+        try:
+            async with cancellation.guarded(bus.KV_TIMEOUT_S):
+                entry = await buckets.owners.get(watch.key)
+        except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
+            pass  # free: released, expired or never held
+        except bus.ERRORS:  # the bus failed: try again in a while
+            return None
+        else:
+            self._contended(watch, contention, placement, lease_holder(entry.value))
+            return None
+        self._set_holder(watch.uri, None)
+        winner = await self._winner(buckets.owners, placement)
+        if not placement.take_free(winner, time.monotonic()):
+            return None
+        lease = await self._create(watch, buckets.owners, buckets.lease_ttl_s)
+        if lease is not None and winner is not None:
+            self._event("unclaimed", watch)  # left free for the grace by `winner`, which wants it: taken here
+        return lease
+
+    async def _create(self, watch: _Watch, owners: KeyValue, ttl_s: float) -> Lease | None:
         sent = time.monotonic()
         try:
             async with asyncio.timeout(bus.KV_TIMEOUT_S):
-                revision = await buckets.owners.create(watch.key, self._lease_value)
-        except nats.js.errors.KeyWrongLastSequenceError:  # held by another gateway, or by what claims to be one
+                revision = await owners.create(watch.key, self._lease_value)
+        except bus.ERRORS:  # taken meanwhile (the next attempt reads by whom), or the bus failed
             cancellation.reraise()  # each await into nats-py may have swallowed the stop (`cancellation.py`)
-            await self._contended(watch, buckets.owners, contention)
-            return None
-        except bus.ERRORS:  # the bus failed: try again in a while
-            cancellation.reraise()
             return None
         self._event("acquired", watch)
-        return Lease(buckets.lease_ttl_s, revision, sent)  # `run` sees a stop that came with it, and releases
+        return Lease(ttl_s, revision, sent)  # `run` sees a stop that came with it, and releases
 
-    async def _contended(self, watch: _Watch, owners: KeyValue, contention: Contention) -> None:
-        """Read who holds the lease (now and then), and say so once if no gateway on the bus goes by that name."""
+    async def _winner(self, owners: KeyValue, placement: rendezvous.Placement) -> str | None:
+        """The best live gateway outranking this one that wants the URI, if any (the bus's word, read in bound)."""
+        candidates = placement.candidates(self._steady(), time.monotonic())
+        if not candidates:
+            return None
+        try:
+            async with cancellation.guarded(bus.KV_TIMEOUT_S):
+                return await rendezvous.first_interested(owners, placement.key, candidates)
+        except TimeoutError:
+            return None
+
+    def _steady(self) -> set[str]:
+        heard = self._gateways() if self._gateways is not None else ()
+        return self._roster.steady(heard, self._clock.now())
+
+    def _contended(
+        self, watch: _Watch, contention: Contention, placement: rendezvous.Placement, holder: str | None
+    ) -> None:
+        """The lease is held by `holder`: noted, and said once if no gateway on the bus goes by that name."""
+        placement.held_by(holder)
+        self._steady()  # the roster sampled at every attempt: a gateway's stay is counted from when it began
+        self._set_holder(watch.uri, holder)
         now = self._clock.now()
         if self._gateways is None or not contention.read_due(now):
             return
         contention.read_at = now
-        try:
-            async with cancellation.guarded(bus.KV_TIMEOUT_S):
-                entry = await owners.get(watch.key)
-        except bus.ERRORS:  # released or expired meanwhile, or the bus failed: the next attempt tells
-            return
-        holder = self._holders[watch.uri] = lease_holder(entry.value)
         if contention.suspect(now, holder, self._gateways()):
             self._suspected(watch, holder, now - contention.since)
-        self._wake()
+            self._wake()
+
+    def _set_holder(self, uri: str, holder: str | None) -> None:
+        if uri not in self._holders or self._holders[uri] != holder:
+            self._holders[uri] = holder
+            self._wake()
 
     def _suspected(self, watch: _Watch, holder: str | None, for_s: float) -> None:
         self._bus.metrics.leases_held_by_unknown.inc()
@@ -258,8 +321,9 @@ class Owners:
         # By then a dead holder's lease has expired (a TTL), and a live gateway has reported (every interval).
         return 2 * max(self._ttl_s(), self._bus.rules.interval_s)
 
-    async def _keep(self, watch: _Watch, lease: Lease) -> None:
-        """Renew until the lease is lost or this owner must fence itself; then return."""
+    async def _keep(self, watch: _Watch, lease: Lease, placement: rendezvous.Placement, reading: asyncio.Lock) -> None:
+        """Renew until the lease is lost, this owner must fence itself, or (at a renewal) a live gateway that
+        outranks it wants the URI; then return."""
         while True:
             await asyncio.sleep(lease.wait_s(time.monotonic()))
             now = time.monotonic()
@@ -279,6 +343,38 @@ class Owners:
                 return
             except bus.ERRORS as e:
                 logger.debug("renewing the lease of %s failed: %s", watch.uri, type(e).__name__)
+                continue
+            if await self._handing_over(watch, lease, placement, reading):
+                return
+
+    async def _handing_over(
+        self, watch: _Watch, lease: Lease, placement: rendezvous.Placement, reading: asyncio.Lock
+    ) -> bool:
+        """True (the reading then stopped between checks) if the lease goes to a gateway that should own it."""
+        buckets = self._bus.buckets
+        if buckets is None or reading.locked():  # a check under way: its fire and state first, next renewal
+            return False
+        candidates = placement.candidates(self._steady(), time.monotonic())
+        if not candidates:
+            return False
+        try:
+            # Within a sixth of the TTL, as the renewal: the next one comes due with the fence still far off.
+            async with cancellation.guarded(lease.ttl_s / 6):
+                successor = await rendezvous.first_interested(buckets.owners, watch.key, candidates)
+        except TimeoutError:
+            return False
+        if successor is None or reading.locked():
+            return False
+        await reading.acquire()  # free: taken at once; the reading waits on it until it is cancelled
+        lease.ended = "handed_over"
+        self._set_owned(watch.uri, False)
+        logger.debug("handing the lease of %s to %s (this gateway: %s)", watch.uri, successor, self._bus.instance)
+        return True
+
+    async def _withdraw(self, placement: rendezvous.Placement) -> None:
+        buckets = self._bus.buckets
+        if buckets is not None and self._bus.connected and placement.withdraw_due(time.monotonic()):
+            await rendezvous.withdraw(buckets.owners, placement, RELEASE_TIMEOUT_S)
 
     def _end(self, watch: _Watch, lease: Lease, how: End) -> None:
         lease.ended = how
@@ -295,7 +391,7 @@ class Owners:
         except bus.ERRORS as e:  # expired or taken meanwhile, or the bus is down: the TTL frees it
             logger.debug("releasing the lease of %s failed: %s", watch.uri, type(e).__name__)
             return
-        self._event("released", watch)
+        self._event("handed_over" if lease.ended == "handed_over" else "released", watch)
 
     def _set_owned(self, uri: str, owned: bool) -> None:
         if owned:
@@ -321,14 +417,16 @@ class Owners:
 
     # --- the reading, while owned ------------------------------------------------------------------------
 
-    async def _work(self, watch: _Watch) -> None:
-        if await self._resumed(watch):
-            await self._check(watch)
-        else:
-            await self._store(watch)  # the first owner: its own baseline, and nothing to tell
+    async def _work(self, watch: _Watch, reading: asyncio.Lock) -> None:
+        async with reading:
+            if await self._resumed(watch):
+                await self._check(watch)
+            else:
+                await self._store(watch)  # the first owner: its own baseline, and nothing to tell
         while True:
             await self._clock.sleep(watch.pull.interval_s)
-            await self._check(watch)
+            async with reading:
+                await self._check(watch)
 
     async def _check(self, watch: _Watch) -> None:
         # A read (asyncpg, a plugin) may swallow the stop: then it tells nobody, as the lease is being let go.

@@ -21,15 +21,20 @@ import pytest
 import yaml
 from standardwebhooks.webhooks import Webhook
 
+from mcpg_gateway import bus as gateway_bus
+from mcpg_gateway import rendezvous
 from mcpg_gateway.contract import digests
 from mcpg_operator import bus
+from mcpg_testing import BOUND_S
 from mcpg_testing.clients import subscribed
 from mcpg_testing.gateways import SENTINEL_URI
 from mcpg_testing.images import ImageEnv
 from mcpg_testing.recording_upstream import serve_reads
 from mcpg_testing.scaleout import (
     AUDIT_TOKEN,
+    INSTANCES,
     INTERVAL_S,
+    LEASE_TTL_S,
     ORDERS,
     ORDERS_TOKEN,
     POLL_BOUND_S,
@@ -44,6 +49,7 @@ from mcpg_testing.scaleout import (
     assert_only_sentinel_arrives,
     assert_refused,
     assert_unreadable_by,
+    eventually,
     kill,
     owners,
     post,
@@ -61,6 +67,26 @@ from mcpg_testing.scaleout import (
 from mcpg_testing.servers import start_nats_with_config
 
 pytest_plugins = ["mcpg_testing.fixtures"]  # gateway_env: the gateway image's install
+
+
+LIVENESS_S = 10.0
+"""`gateway.liveness.interval_s` as the cluster leaves it: a process is handed leases once heard that long."""
+SETTLE_BOUND_S = LIVENESS_S + LEASE_TTL_S + BOUND_S
+
+
+def winner(uri: str) -> str:
+    """The process the rendezvous ranking gives `uri`'s lease when every process wants it (`rendezvous.py`)."""
+    return rendezvous.ranked(gateway_bus.uri_hash(uri), INSTANCES)[0]
+
+
+async def settled(cluster: Cluster, *uris: str) -> None:
+    """Until each of `uris` is owned by the process the ranking gives it: the leases spread once every process has
+    been heard for a liveness interval, and a test that counts reads must not count that move."""
+
+    async def placed() -> bool:
+        return all([await owners(cluster, uri) == [winner(uri)] for uri in uris])
+
+    await eventually(placed, SETTLE_BOUND_S, f"the leases of {', '.join(uris)} with their rendezvous winners")
 
 
 @pytest.fixture
@@ -92,7 +118,8 @@ async def test_a_polled_uri_with_subscribers_on_every_process_is_read_once_per_i
     upstream = cluster.upstream
     upstream.docs["/p"] = b'{"p": 1}'
     async with subscribers_everywhere(cluster, [P, SENTINEL_URI]) as everyone:
-        baselines = len(upstream.reads)  # what each process may have read at subscribe time
+        await settled(cluster, P)
+        baselines = len(upstream.reads)  # what each process may have read at subscribe time, and at the move
 
         def owner_read_thrice() -> bool:
             counts = Counter(upstream.readers("/p", baselines))
@@ -111,6 +138,7 @@ async def test_a_survivor_takes_over_a_dead_owners_polls_missing_no_change_and_i
     upstream = cluster.upstream
     upstream.docs |= {"/p": b'{"p": 1}', "/q": b'{"q": 1}'}
     async with subscribers_everywhere(cluster, [P, Q, SENTINEL_URI]) as everyone:
+        await settled(cluster, P, Q)  # no move of its own during the test
         baselines = len(upstream.reads)
         # The owner of Q fires this at its first read and stores it; every other process's own baseline is stale.
         upstream.docs["/q"] = b'{"q": 2}'
@@ -151,6 +179,7 @@ async def test_a_polled_backend_moved_in_place_is_told_once_to_every_subscriber_
     upstream = cluster.upstream
     upstream.docs |= {"/p": b'{"p": 1}', "/p-moved": b'{"p": "moved"}'}
     async with subscribers_everywhere(cluster, [P, SENTINEL_URI]) as everyone:
+        await settled(cluster, P)
         await until_stored(cluster, P, upstream.docs["/p"])
         moved = {}
         for name, _ in cluster.named():

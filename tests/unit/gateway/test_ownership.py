@@ -9,7 +9,8 @@ import dataclasses
 import hashlib
 import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -22,7 +23,7 @@ from nats.js.kv import KeyValue
 from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 
-from mcpg_gateway import bus, errors, ownership
+from mcpg_gateway import bus, errors, ownership, rendezvous
 from mcpg_gateway.contract import config
 from mcpg_testing import BOUND_S
 from mcpg_testing.clients import Subscription, refusal, subscribed
@@ -577,3 +578,239 @@ async def test_a_lease_kept_by_a_name_no_gateway_goes_by_is_said_once_counted_an
         await nc.close()
     [line] = warned(caplog)
     assert line.startswith(f"the lease of {POLLED} has been held by 'intruder' for 20 s, and no gateway on the bus")
+
+
+# --- leases spread over the gateways that want them (`rendezvous.py`), on a real bus --------------------------------
+
+SPREAD_NAMES = ["gw-1", "gw-2", "gw-3"]
+SPREAD_URIS = [f"drive://file/{n}" for n in range(150)]
+"""Enough that hashing alone puts each gateway's share within a quarter of a third (60, 46 and 44)."""
+
+
+@dataclass
+class Doc:
+    """An upstream document every gateway's pull reads: its version, and who read it how often."""
+
+    version: int = 1
+    reads: dict[str, int] = dataclasses.field(default_factory=dict)
+    read: dict[str, asyncio.Event] = dataclasses.field(default_factory=dict)
+    """Set at each read by that gateway."""
+
+    def read_by(self, instance: str) -> asyncio.Event:
+        return self.read.setdefault(instance, asyncio.Event())
+
+
+@dataclass
+class DocPull:
+    """A pull strategy over a `Doc`, as one gateway runs it: its state is the version it last saw."""
+
+    doc: Doc
+    instance: str
+    seen: int = 0
+    interval_s: float = 10.0
+
+    async def check(self) -> bool:
+        self.doc.reads[self.instance] = self.doc.reads.get(self.instance, 0) + 1
+        self.doc.read_by(self.instance).set()
+        changed, self.seen = self.doc.version != self.seen, self.doc.version
+        return changed
+
+    def snapshot(self) -> str:
+        return str(self.seen)
+
+    def resume(self, state: str) -> None:
+        self.seen = int(state)
+
+
+class Spread:
+    """Three `Owners` on one real bus (their own prefix and buckets), each told of the others as live gateways,
+    on one manual clock; every fire each gateway tells (its own or from the bus) is counted by URI."""
+
+    def __init__(self, server: NatsServer, clock: ManualClock) -> None:
+        name = f"t{uuid.uuid4().hex[:12]}"
+        cfg = config.BusConfig(
+            url=server.address,
+            user=server.user,
+            password=SecretStr(server.password),
+            subject_prefix=name,
+            bucket=name,
+            lease_ttl_s=3,  # 450 watches in one event loop: renewals every second leave it room on a loaded machine
+        )
+        self.clock = clock
+        self.told: dict[str, Counter[str]] = {n: Counter() for n in SPREAD_NAMES}
+        self._told = asyncio.Event()
+        self.registries = {n: CollectorRegistry() for n in SPREAD_NAMES}
+        self.buses = {n: bus.Bus(cfg, n, self.registries[n], 5, hooks=self._hooks(n)) for n in SPREAD_NAMES}
+        self.owners = {n: ownership.Owners(b, clock, lambda: set(SPREAD_NAMES)) for n, b in self.buses.items()}
+        self.docs: dict[str, Doc] = {}
+        self.tasks: dict[tuple[str, str], asyncio.Task[None]] = {}
+
+    def _hooks(self, name: str) -> bus.Hooks:
+        async def received(uri: str) -> None:
+            self._tell(name, uri)
+
+        return bus.Hooks(receiver=received)
+
+    async def start(self) -> None:
+        for b in self.buses.values():
+            await b.start()
+            async with asyncio.timeout(BOUND_S):
+                await b.until(lambda b=b: b.buckets is not None)  # type: ignore[misc]
+
+    def run(self, name: str, uri: str) -> None:
+        doc = self.docs.setdefault(uri, Doc())
+        pull = DocPull(doc, name, seen=doc.version)  # its own baseline, taken when subscribed
+
+        async def deliver() -> None:
+            self._tell(name, uri)
+
+        self.tasks[name, uri] = asyncio.create_task(self.owners[name].run(uri, "poll", pull, deliver))
+
+    def changes(self, event: str) -> float:
+        """`mcpg_bus_lease_changes_total{event}`, summed over the three."""
+        return sum(
+            r.get_sample_value("mcpg_bus_lease_changes_total", {"event": event}) or 0.0
+            for r in self.registries.values()
+        )
+
+    def holders(self, uri: str) -> list[str]:
+        return [n for n, o in self.owners.items() if o.owns(uri)]
+
+    async def until(self, what: str, predicate: Callable[[], bool]) -> None:
+        """Until `predicate()` holds, within twice `BOUND_S` (a lease expires, and each of a few handovers takes up
+        to 2/3 of the TTL): re-checked at every lease event of any of the three (`Owners.until` checks it as it
+        starts waiting, so none is missed) and at every fire told."""
+        try:
+            async with asyncio.timeout(2 * BOUND_S):
+                while not predicate():
+                    told = asyncio.ensure_future(self._told.wait())
+                    waits = [told, *(asyncio.ensure_future(o.until(predicate)) for o in self.owners.values())]
+                    try:
+                        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                    finally:
+                        for w in waits:
+                            w.cancel()
+        except TimeoutError:
+            raise AssertionError(f"not within {2 * BOUND_S} s: {what}") from None
+
+    def _tell(self, name: str, uri: str) -> None:
+        self.told[name][uri] += 1
+        self._told.set()  # wakes every `until`; each waits on the fresh event next
+        self._told = asyncio.Event()
+
+    async def sentinel_seen(self, by: str, among: list[str] = SPREAD_NAMES) -> None:
+        """Publish a sentinel fire from `by` and wait until every other gateway of `among` heard it: what `by`
+        published before it has arrived too (one connection's messages arrive in order)."""
+        await self.buses[by].publish(SENTINEL_URI, "webhook")
+        others = [n for n in among if n != by]
+        await self.until(f"the sentinel from {by} heard", lambda: all(self.told[n][SENTINEL_URI] for n in others))
+        for n in others:
+            self.told[n][SENTINEL_URI] = 0
+
+    async def close(self) -> None:
+        for task in self.tasks.values():
+            task.cancel()
+        await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+        for b in self.buses.values():
+            await b.close()
+
+
+@pytest.fixture
+async def spread(bus_server: NatsServer, clock: ManualClock) -> AsyncIterator[Spread]:
+    s = Spread(bus_server, clock)
+    await s.start()
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+def winner(uri: str, names: list[str] = SPREAD_NAMES) -> str:
+    return rendezvous.ranked(bus.uri_hash(uri), names)[0]
+
+
+async def settled(spread: Spread, uris: list[str], names: list[str] = SPREAD_NAMES) -> None:
+    """Until each of `uris` is owned by exactly its rendezvous winner among `names`."""
+    await spread.until(
+        "every URI owned by its winner", lambda: all(spread.holders(u) == [winner(u, names)] for u in uris)
+    )
+
+
+async def test_leases_all_taken_by_the_first_gateway_spread_over_the_three_once_they_have_stayed(
+    spread: Spread,
+) -> None:
+    for uri in SPREAD_URIS:
+        spread.run("gw-1", uri)
+    await spread.until("gw-1 owning every URI", lambda: all(spread.holders(u) == ["gw-1"] for u in SPREAD_URIS))
+    for name in ("gw-2", "gw-3"):
+        for uri in SPREAD_URIS:
+            spread.run(name, uri)
+    await spread.until(
+        "every gateway contending for every URI",
+        lambda: all(spread.owners[n].holder(u) for n in SPREAD_NAMES for u in SPREAD_URIS),
+    )
+    assert all(spread.holders(u) == ["gw-1"] for u in SPREAD_URIS)  # the others are not live for long enough yet
+    spread.clock.advance(10.0)  # the liveness interval: each has now heard the others for that long
+    await settled(spread, SPREAD_URIS)
+    shares = Counter(spread.holders(u)[0] for u in SPREAD_URIS)
+    assert all(0.25 <= shares[n] / len(SPREAD_URIS) <= 5 / 12 for n in SPREAD_NAMES), shares
+    assert spread.changes("handed_over") == sum(
+        1 for u in SPREAD_URIS if winner(u) != "gw-1"
+    )  # each moved once, straight to its winner
+    await spread.sentinel_seen("gw-1")
+    assert all(spread.told[n][u] == 0 for n in SPREAD_NAMES for u in SPREAD_URIS)  # no change: nothing told
+
+
+async def test_a_handover_to_the_gateway_that_should_own_a_uri_tells_a_change_made_during_it_once_and_else_nothing(
+    spread: Spread,
+) -> None:
+    changed, unchanged = SPREAD_URIS[:2]
+    order = {uri: rendezvous.ranked(bus.uri_hash(uri), SPREAD_NAMES) for uri in (changed, unchanged)}
+    for uri, (_, middle, low) in order.items():  # the one that should own it is not there yet
+        spread.run(low, uri)
+        spread.run(middle, uri)
+    await spread.until("both URIs owned", lambda: all(spread.holders(u) for u in order))
+    spread.clock.advance(10.0)
+    for uri, (_, middle, low) in order.items():
+        await settled(spread, [uri], [middle, low])  # each stored its state when it first owned it
+    handed = spread.changes("handed_over")
+    spread.docs[changed].version = 2  # never read by its owner: it hands over first
+    for uri, (top, _, _) in order.items():
+        spread.run(top, uri)
+    for uri in order:
+        await settled(spread, [uri])
+    top = order[unchanged][0]
+    async with asyncio.timeout(BOUND_S):
+        await spread.docs[unchanged].read_by(top).wait()  # the new owner resumed and checked at once
+    await spread.until("everyone told of the change", lambda: all(spread.told[n][changed] for n in SPREAD_NAMES))
+    await spread.sentinel_seen(order[changed][0])
+    await spread.sentinel_seen(top)
+    assert {n: spread.told[n][changed] for n in SPREAD_NAMES} == dict.fromkeys(SPREAD_NAMES, 1)
+    assert {n: spread.told[n][unchanged] for n in SPREAD_NAMES} == dict.fromkeys(SPREAD_NAMES, 0)
+    assert spread.changes("handed_over") == handed + 2
+    assert spread.changes("unclaimed") == 0  # nobody had to take a lease left free for another
+
+
+async def test_the_uris_of_a_gateway_cut_off_from_the_bus_are_taken_over_by_their_winners_among_the_rest(
+    spread: Spread,
+) -> None:
+    uris = SPREAD_URIS[:60]
+    for name in SPREAD_NAMES:
+        for uri in uris:
+            spread.run(name, uri)
+    await spread.until("every URI owned", lambda: all(spread.holders(u) for u in uris))
+    spread.clock.advance(10.0)
+    await settled(spread, uris)
+    victim = "gw-2"
+    theirs = [u for u in uris if spread.holders(u) == [victim]]
+    assert theirs
+    await spread.buses[victim].close()  # as a SIGKILL looks from the bus: no release, the lease expires
+    spread.docs[theirs[0]].version = 2  # changed while nobody reads it
+    rest = [n for n in SPREAD_NAMES if n != victim]
+    await settled(spread, uris, rest)
+    await spread.until("the survivors told of the change", lambda: all(spread.told[n][theirs[0]] for n in rest))
+    for name in rest:
+        await spread.sentinel_seen(name, rest)
+    assert {n: spread.told[n][theirs[0]] for n in rest} == dict.fromkeys(rest, 1)
+    assert sum(spread.told[n][u] for n in rest for u in uris) == 2  # nothing else was told
+    assert spread.changes("unclaimed") == 0  # each survivor took what it should own, at once
