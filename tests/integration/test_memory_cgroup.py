@@ -3,10 +3,11 @@
 The chart gave the pod 256 MiB while the default caps admit 10,000 sessions (~970 MB): the kernel OOM-killed the
 pod long before any cap refused anyone. Here the gateway joins a cgroup v1 memory group limited to 256 MiB before
 its first byte (a shell joins it, then execs the gateway: same pid), says the caps it fitted, and 10,000
-handshake-era `initialize` requests arrive, 50 in flight, from 20 principals (so no principal's own share, fitted
+handshake-era `initialize` requests arrive, 50 in flight, from 5 principals (so no principal's own share, fitted
 to the total as well, refuses first). Sessions up to the fitted cap are opened, every later one is refused with the
-cap's own answer, listen streams are refused at their fitted cap with -50300, and the process ends alive, never
-OOM-killed, its cgroup's peak usage under the limit (116 MiB here). About 15 s on 2 shared cores.
+cap's own answer; then every admitted session opens its GET stream and subscribes 10 URIs (as heavy as the fit
+assumes a session is), the listen streams fill their fitted cap and the next is refused with -50300, and the
+process ends alive, never OOM-killed, its cgroup's peak usage under the limit.
 
 Needs root on a host with a cgroup v1 memory hierarchy (this project's VM); anything else fails saying so.
 """
@@ -40,8 +41,14 @@ MIB = 1024 * 1024
 LIMIT = 256 * MIB
 ATTEMPTS = 10_000
 IN_FLIGHT = 50
-PRINCIPALS = 20
-URI, HOOK = "drive://folder/reports", "memory-hook"
+PRINCIPALS = 5
+HOOK = "memory-hook"
+URIS = 50
+"""Watched URIs, 10 for each principal: a watch is a principal's distinct URI, and the fitted `watches_total`
+(53 at 256 MiB) holds these 50."""
+PER_SESSION = 10
+"""Subscriptions each admitted session makes (the `watches_per_principal` default): every session is as heavy as
+the per-session cost the caps are fitted with (benchmark 4b: a GET stream and 10 subscriptions)."""
 V1_MOUNT = Path("/sys/fs/cgroup/memory")
 FLOOD_S = 300.0
 """Bound on the 10,000 requests (about 8 s here)."""
@@ -108,11 +115,22 @@ def _tokens() -> list[str]:
     return [f"memory-principal-{i}" for i in range(PRINCIPALS)]
 
 
+def _uri(n: int) -> str:
+    return f"drive://folder/doc-{n}"
+
+
+def _uris_of(principal: int) -> list[str]:
+    """The URIs every session of `principal` subscribes: the same `PER_SESSION` for all of its sessions, so it
+    holds no more distinct watches than its limit; the principals together watch all `URIS`."""
+    return [_uri((principal * PER_SESSION + j) % URIS) for j in range(PER_SESSION)]
+
+
 @pytest.fixture
 def config(tmp_path: Path) -> Path:
     # Each principal may hold every session (fitted down to the total): what refuses is the server-wide cap.
     auth = {"principals": [configs.principal(t, f"p{i}") for i, t in enumerate(_tokens())]}
-    raw = configs.gateway_config(configs.watched("reports", URI, {"type": "webhook", "token": HOOK}), auth=auth)
+    hooks = [configs.watched(f"r{n}", _uri(n), {"type": "webhook", "token": f"{HOOK}-{n}"}) for n in range(URIS)]
+    raw = configs.gateway_config(*hooks, auth=auth)
     raw["gateway"]["limits"] = {"sessions_per_principal": ATTEMPTS}
     path = tmp_path / "gateway.yaml"
     path.write_text(yaml.safe_dump(raw))
@@ -127,7 +145,8 @@ def _initialize() -> dict[str, Any]:
 @dataclass(frozen=True, slots=True)
 class Answer:
     status: int
-    session: bool
+    session: str | None
+    principal: int
     code: int | None
     message: str | None
 
@@ -143,18 +162,77 @@ async def _open_sessions(url: str) -> list[Answer]:
             for n in numbers:
                 headers = {**ACCEPT, **configs.bearer(tokens[n % PRINCIPALS])}
                 r = await http.post(url, json=_initialize(), headers=headers)
-                answers.append(_answer(r))
+                answers.append(_answer(r, n % PRINCIPALS))
 
         async with asyncio.timeout(FLOOD_S):
             await asyncio.gather(*(worker() for _ in range(IN_FLIGHT)))
     return answers
 
 
-def _answer(r: httpx2.Response) -> Answer:
+def _answer(r: httpx2.Response, principal: int) -> Answer:
+    session = r.headers.get("mcp-session-id")
     if r.status_code == 200:
-        return Answer(200, "mcp-session-id" in r.headers, None, None)
+        return Answer(200, session, principal, None, None)
     error = r.json().get("error", {})
-    return Answer(r.status_code, "mcp-session-id" in r.headers, error.get("code"), error.get("message"))
+    return Answer(r.status_code, session, principal, error.get("code"), error.get("message"))
+
+
+def _socket() -> socket.socket:
+    sock = socket.socket()
+    sock.setblocking(False)
+    return sock
+
+
+def _rpc(text: str) -> dict[str, Any]:
+    """A JSON-RPC answer, sent as JSON or as one SSE event."""
+    data = next((line[5:] for line in text.splitlines() if line.startswith("data:")), text)
+    answer: dict[str, Any] = json.loads(data)
+    return answer
+
+
+@contextlib.asynccontextmanager
+async def loaded(port: int, opened: list[Answer]) -> AsyncIterator[None]:
+    """Every opened session initialized, its GET stream open (a socket read past the headers only) and
+    `PER_SESSION` URIs subscribed, `IN_FLIGHT` sessions at a time; the streams held until the block ends."""
+    tokens, streams = _tokens(), list[socket.socket]()
+    queue = iter(opened)
+    limits = httpx2.Limits(max_connections=IN_FLIGHT, max_keepalive_connections=IN_FLIGHT)
+    async with httpx2.AsyncClient(base_url=f"http://127.0.0.1:{port}", limits=limits, timeout=30.0) as http:
+
+        async def worker() -> None:
+            for answer in queue:
+                assert answer.session is not None
+                session = {**configs.bearer(tokens[answer.principal]), "mcp-protocol-version": HANDSHAKE}
+                session["mcp-session-id"] = answer.session
+                headers = {**ACCEPT, **session}
+                initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+                assert (await http.post("/mcp", json=initialized, headers=headers)).status_code == 202
+                head = (
+                    "GET /mcp HTTP/1.1\r\n" + stuck.MCP_HEADERS + "".join(f"{k}: {v}\r\n" for k, v in session.items())
+                )
+                streams.append(await stuck.started(_socket(), port, head, b"", until=b"\r\n\r\n"))
+                for n, uri in enumerate(_uris_of(answer.principal)):
+                    subscribe = {"jsonrpc": "2.0", "id": n + 2, "method": "resources/subscribe", "params": {"uri": uri}}
+                    r = await http.post("/mcp", json=subscribe, headers=headers)
+                    assert r.status_code == 200, r.text[:300]
+                    assert "error" not in _rpc(r.text), r.text[:300]
+
+        try:
+            async with asyncio.timeout(FLOOD_S):
+                await asyncio.gather(*(worker() for _ in range(IN_FLIGHT)))
+            yield
+        finally:
+            for sock in streams:
+                sock.close()
+
+
+def _samples(metrics: str) -> dict[tuple[str, str], float]:
+    """Each gauge sample by (name, its `kind` label or "")."""
+    return {
+        (s.name, s.labels.get("kind", "")): s.value
+        for family in text_string_to_metric_families(metrics)
+        for s in family.samples
+    }
 
 
 def _fitted(metrics: str) -> dict[str, float]:
@@ -166,13 +244,13 @@ def _fitted(metrics: str) -> dict[str, float]:
     }
 
 
-def _listen(principal: int) -> dict[str, Any]:
+def _listen(principal: int, uri: str) -> dict[str, Any]:
     meta = {
         "io.modelcontextprotocol/protocolVersion": stuck.MODERN,
         "io.modelcontextprotocol/clientCapabilities": {},
         "io.modelcontextprotocol/clientInfo": {"name": "memory", "version": "0"},
     }
-    params = {"notifications": {"resourceSubscriptions": [URI]}, "_meta": meta}
+    params = {"notifications": {"resourceSubscriptions": [uri]}, "_meta": meta}
     return {"jsonrpc": "2.0", "id": principal, "method": "subscriptions/listen", "params": params}
 
 
@@ -182,7 +260,9 @@ async def listen_streams(port: int, count: int) -> AsyncIterator[None]:
     tokens, socks = _tokens(), list[socket.socket]()
     try:
         for n in range(count):
-            socks.append(await stuck.listen_stream(port, URI, headers=configs.bearer(tokens[n % PRINCIPALS])))
+            principal = n % PRINCIPALS  # a URI its sessions watch already: the listen adds no watch
+            token = configs.bearer(tokens[principal])
+            socks.append(await stuck.listen_stream(port, _uris_of(principal)[0], headers=token))
         yield
     finally:
         for sock in socks:
@@ -198,10 +278,8 @@ async def _one_listen_too_many(url: str) -> dict[str, Any]:
         "mcp-method": "subscriptions/listen",
     }
     async with httpx2.AsyncClient(timeout=BOUND_S) as http:
-        r = await http.post(url, json=_listen(1), headers=headers)
-    data = next((line[5:] for line in r.text.splitlines() if line.startswith("data:")), r.text)
-    answer: dict[str, Any] = json.loads(data)
-    return answer
+        r = await http.post(url, json=_listen(1, _uris_of(PRINCIPALS - 1)[0]), headers=headers)
+    return _rpc(r.text)
 
 
 async def test_a_gateway_under_256_mib_refuses_at_its_fitted_caps_and_is_never_oom_killed(
@@ -232,14 +310,20 @@ async def test_a_gateway_under_256_mib_refuses_at_its_fitted_caps_and_is_never_o
         assert all(a.session for a in opened)
         # The session cap's answer is the SDK's own (`servers.py` gives it `sessions_total`): HTTP 503, no session.
         assert Counter((a.status, a.code, a.message, a.session) for a in refused) == {
-            (503, -32603, "Too many open sessions", False): ATTEMPTS - sessions
+            (503, -32603, "Too many open sessions", None): ATTEMPTS - sessions
         }
 
-        # The listen-stream cap, fitted too, answers with the gateway's server-wide -50300.
-        async with listen_streams(gw.port, streams):
+        # Every admitted session as heavy as the fit assumes, and the listen-stream cap filled too, which answers
+        # with the gateway's server-wide -50300.
+        async with loaded(gw.port, opened), listen_streams(gw.port, streams):
             refusal = await _one_listen_too_many(gw.mcp_url)
+            async with httpx2.AsyncClient(timeout=BOUND_S) as http:
+                held = _samples((await http.get(f"{gw.admin}/metrics")).text)
         assert refusal["error"]["code"] == -50300, refusal
         assert f"server-wide ceiling on listen streams ({streams})" in refusal["error"]["message"]
+        assert held[("mcpg_subscribers", "session")] == sessions
+        assert held[("mcpg_subscribers", "listen")] == streams
+        assert held[("mcpg_watch_active_watchers", "")] == URIS
 
         async with httpx2.AsyncClient(timeout=BOUND_S) as http:
             assert (await http.get(f"{gw.base}/healthz")).status_code == 200
