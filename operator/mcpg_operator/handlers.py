@@ -5,7 +5,9 @@ Secret data can never be copied into an annotation) and add no finalizers; the r
 level-based and idempotent, and a periodic resync covers any event that was missed. They also keep Secret data out
 of kopf's own log: its change handlers (`on.create`/`on.update`/...) log the whole body and diff at DEBUG.
 The Secret and Deployment watches are filtered by the API server (`watch_only_what_is_needed`): only Secrets
-labelled for the operator (`references`) and its own Deployments reach the process at all.
+labelled for the operator (`references`) and its own Deployments reach the process at all. An event asks for
+nothing when the namespace's last pass read the very version it brings (`version_of`: kopf's listing of each kind
+at a restart), or when it can only be the operator's own status write landing (`status_echo`).
 
 With a managed bus (gateway replicas above 1), a second scheduler runs the cluster-wide bus step
 (`bus_reconcile`) under one key: at start, on every resync, when a bus credentials Secret changes, and after a
@@ -23,7 +25,7 @@ from typing import Any
 
 import kopf
 
-from mcpg_operator import bus, bus_reconcile, metrics, objects, settings, tokens
+from mcpg_operator import bus, bus_reconcile, metrics, objects, observed, settings, tokens
 from mcpg_operator.bus_key import BusKey
 from mcpg_operator.kube import Client, Kube
 from mcpg_operator.reconcile import references
@@ -194,23 +196,52 @@ async def _resync(schedulers: list[Scheduler], every_s: float) -> None:
                 scheduler.request(key)
 
 
+def version_of(kind: str, body: Mapping[str, Any]) -> str:
+    """The version an event brings (`observed.version_key`): a pass skips one the namespace's last pass read."""
+    meta = body.get("metadata") or {}
+    return observed.version_key(kind, str(meta.get("name", "")), str(meta.get("resourceVersion", "")))
+
+
+def status_echo(event_type: str | None, body: Mapping[str, Any]) -> bool:
+    """Whether this event of a ResourceWatch or WebhookToken can only be one of our own status writes landing.
+
+    Modified, not being deleted, and its status already describes its generation: its spec did not change since a
+    pass last decided about it, so a pass would find what the last one wrote. Starting none matters at scale: each
+    status a pass writes came back as an event that queued one more pass of the namespace (at 500 namespaces of
+    10 watches, about one pass in three). The first listing (no type), a creation, a deletion, a spec edit
+    (generation moved) and a status that lost its observedGeneration each still start a pass; the resync covers
+    anything else.
+    """
+    meta, status = body.get("metadata") or {}, body.get("status") or {}
+    return (
+        event_type == "MODIFIED"
+        and not meta.get("deletionTimestamp")
+        and meta.get("generation") is not None
+        and status.get("observedGeneration") == meta.get("generation")
+    )
+
+
 @kopf.on.event("mcpg.dev", "v1alpha1", "resourcewatches")
-async def resourcewatch_event(namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
-    if namespace:
-        memo.scheduler.request(namespace)
+async def resourcewatch_event(
+    namespace: str | None, type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any
+) -> None:
+    if namespace and not status_echo(type, body):
+        memo.scheduler.request(namespace, version=version_of("ResourceWatch", body))
 
 
 @kopf.on.event("mcpg.dev", "v1alpha1", "webhooktokens")
-async def webhooktoken_event(namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
-    if namespace:
-        memo.scheduler.request(namespace)
+async def webhooktoken_event(
+    namespace: str | None, type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any
+) -> None:
+    if namespace and not status_echo(type, body):
+        memo.scheduler.request(namespace, version=version_of("WebhookToken", body))
 
 
 @kopf.on.event("mcpg.dev", "v1alpha1", "mcpgateways")
-async def mcpgateway_event(namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
+async def mcpgateway_event(namespace: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     # Created, edited or deleted: the namespace's gateway takes its settings, or goes back to the defaults.
     if namespace:
-        memo.scheduler.request(namespace)
+        memo.scheduler.request(namespace, version=version_of("McpGateway", body))
 
 
 def reacts_to_secret(labels: Mapping[str, str]) -> bool:
@@ -234,18 +265,24 @@ def _secret_may_matter(labels: Mapping[str, str], **_: Any) -> bool:
 
 
 @kopf.on.event("", "v1", "secrets", when=_secret_may_matter)
-async def secret_event(namespace: str | None, labels: Mapping[str, str], memo: kopf.Memo, **_: Any) -> None:
-    secret_changed(namespace, labels, memo.scheduler, memo.bus)
+async def secret_event(
+    namespace: str | None, labels: Mapping[str, str], body: kopf.Body, memo: kopf.Memo, **_: Any
+) -> None:
+    secret_changed(namespace, labels, memo.scheduler, memo.bus, version_of("Secret", body))
 
 
 def secret_changed(
-    namespace: str | None, labels: Mapping[str, str], namespaces: Scheduler, bus_runs: Scheduler | None
+    namespace: str | None,
+    labels: Mapping[str, str],
+    namespaces: Scheduler,
+    bus_runs: Scheduler | None,
+    version: str | None = None,
 ) -> None:
     """What a Secret event asks for (a Secret that may matter: `reacts_to_secret`)."""
     # A user's Secret (a webhook token, a header value, a database URL), a rotation state or bus credentials
     # changed. Only namespaces that already have mcpg objects are reconciled; the others are not ours to touch.
     if namespace and namespace in namespaces.known():
-        namespaces.request(namespace)
+        namespaces.request(namespace, version=version)
     # Bus credentials came, went or were edited: the managed server's accounts follow.
     if bus_runs is not None and bus.CREDENTIALS_LABEL in labels:
         for key in bus_runs.known():
@@ -253,7 +290,9 @@ def secret_changed(
 
 
 @kopf.on.event("apps", "v1", "deployments", labels={MANAGED_BY: OPERATOR})
-async def gateway_deployment_event(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
+async def gateway_deployment_event(
+    namespace: str | None, name: str, body: kopf.Body, memo: kopf.Memo, **_: Any
+) -> None:
     # Its status moves as gateway pods become Ready or go: which pods are counted, and asked what they serve.
     if namespace and name == objects.NAME:
-        memo.scheduler.request(namespace)
+        memo.scheduler.request(namespace, version=version_of("Deployment", body))

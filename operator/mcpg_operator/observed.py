@@ -225,6 +225,18 @@ class Snapshot:
     def secret(self, name: str) -> Secret | None:
         return next((s for s in self.secrets if s.name == name), None)
 
+    def versions(self) -> frozenset[str]:
+        """`version_key` of every object read that an operator watch delivers: the ResourceWatches, WebhookTokens,
+        McpGateway, Secrets and the gateway Deployment."""
+        ids = [*(x.id for x in self.watches), *(t.id for t in self.tokens)]
+        ids += [self.mcp_gateway.id] if self.mcp_gateway is not None else []
+        keys = {version_key(i.kind, i.name, i.resource_version) for i in ids}
+        keys |= {version_key("Secret", s.name, s.resource_version) for s in self.secrets}
+        if self.deployment is not None:
+            rv = self.deployment.applied.at("metadata", "resourceVersion")
+            keys.add(version_key("Deployment", objects.NAME, str(rv or "")))
+        return frozenset(keys)
+
     def secret_data(self) -> SecretData:
         return {s.name: dict(s.data) for s in self.secrets}
 
@@ -251,6 +263,11 @@ class Snapshot:
     def heard_uncounted(self) -> tuple[Pod, ...]:
         """The pods that answered but are not counted (not Ready): only what they refused is taken from them."""
         return tuple(p for p in self.heard() if not p.counted)
+
+
+def version_key(kind: str, name: str, resource_version: str) -> str:
+    """One version of one object of a namespace, as `Snapshot.versions` and the watch handlers name it."""
+    return f"{kind}/{name}@{resource_version}"
 
 
 def snapshot(

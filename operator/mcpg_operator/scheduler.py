@@ -118,11 +118,17 @@ class Scheduler:
         await ns.done.wait()
         return ns.last
 
-    def request(self, namespace: str, *, settle: bool = True) -> None:
+    def request(self, namespace: str, *, settle: bool = True, version: str | None = None) -> None:
         """Run a pass of `namespace` soon; `settle=False`: a wake-up the last pass asked for (a grace period's end,
-        an acknowledgement awaited), which no burst of events is behind, so it does not wait the settle time."""
+        an acknowledgement awaited), which no burst of events is behind, so it does not wait the settle time.
+        `version`: the object version (`observed.version_key`) the event asking brings; none is run for one the
+        last pass read already. At a restart kopf lists each kind of object in turn, and the later listings
+        brought a second pass to most namespaces already passed (905 passes for 501 namespaces in bench 5b)."""
         if self._halted:
             return  # this replica lost the Lease: whatever asks now is not ours to do
+        known = self._namespaces.get(namespace)
+        if version is not None and known is not None and known.last is not None and version in known.last.read:
+            return  # the last pass decided from this very version
         ns = self._namespaces.setdefault(namespace, _Namespace())
         ns.dirty = True
         ns.settle = ns.settle or settle

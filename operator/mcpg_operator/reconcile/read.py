@@ -11,6 +11,7 @@ namespace holds, and however large, their data never reaches the operator.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,28 +24,44 @@ GATEWAY_SELECTOR = ",".join(f"{k}={v}" for k, v in objects.SELECTOR.items())
 
 
 async def read(kube: Client, namespace: str, fetch: acks.Fetch | None = None) -> observed.Snapshot:
-    """`fetch`: how a pod is asked for its acknowledgement (None: over HTTP, on its admin port)."""
-    watches = await kube.list(ns_path(namespace, "resourcewatches", group=GROUP))
-    webhook_tokens = await kube.list(ns_path(namespace, "webhooktokens", group=GROUP))
+    """`fetch`: how a pod is asked for its acknowledgement (None: over HTTP, on its admin port).
+
+    In three rounds, each round's reads sent at once (one round trip each, not one per object: at 500 namespaces
+    the reads one after the other were a third of each pass's time): the watches and tokens, then the Secrets they
+    name, and with them the gateway's objects; the pods' acknowledgements last of all.
+    """
+    watches, webhook_tokens = await asyncio.gather(
+        kube.list(ns_path(namespace, "resourcewatches", group=GROUP)),
+        kube.list(ns_path(namespace, "webhooktokens", group=GROUP)),
+    )
+    named, gateway = await asyncio.gather(secrets(kube, namespace, watches, webhook_tokens), _gateway(kube, namespace))
     return observed.snapshot(
         namespace,
         watches=watches,
         webhook_tokens=webhook_tokens,
-        secrets=await secrets(kube, namespace, watches, webhook_tokens),
-        deployment=await kube.get(ns_path(namespace, "deployments", objects.NAME, group="apps")),
-        # An older operator's configuration Secrets are kept while a ReplicaSet (kept for rollback) mounts one.
-        replicasets=await kube.list(ns_path(namespace, "replicasets", group="apps"), GATEWAY_SELECTOR),
-        service_account=await kube.get(ns_path(namespace, "serviceaccounts", objects.NAME)),
-        service=await kube.get(ns_path(namespace, "services", objects.NAME)),
-        mcp_gateway=await kube.get(ns_path(namespace, gateway_settings.PLURAL, gateway_settings.NAME, group=GROUP)),
-        disruption_budget=await kube.get(ns_path(namespace, "poddisruptionbudgets", objects.NAME, group="policy")),
-        network_policy=await kube.get(
-            ns_path(namespace, "networkpolicies", objects.NAME, group=gateway_policy.NETWORKING)
-        ),
-        role=await kube.get(ns_path(namespace, "roles", objects.NAME, group=objects.RBAC)),
-        role_binding=await kube.get(ns_path(namespace, "rolebindings", objects.NAME, group=objects.RBAC)),
+        secrets=named,
+        **gateway,
         pods=await acks.read(kube, namespace, fetch) if watches else (),
     )
+
+
+async def _gateway(kube: Client, namespace: str) -> dict[str, Any]:
+    """The gateway's objects and settings, as `observed.snapshot` takes them, read at once."""
+    reads = {
+        "deployment": kube.get(ns_path(namespace, "deployments", objects.NAME, group="apps")),
+        # An older operator's configuration Secrets are kept while a ReplicaSet (kept for rollback) mounts one.
+        "replicasets": kube.list(ns_path(namespace, "replicasets", group="apps"), GATEWAY_SELECTOR),
+        "service_account": kube.get(ns_path(namespace, "serviceaccounts", objects.NAME)),
+        "service": kube.get(ns_path(namespace, "services", objects.NAME)),
+        "mcp_gateway": kube.get(ns_path(namespace, gateway_settings.PLURAL, gateway_settings.NAME, group=GROUP)),
+        "disruption_budget": kube.get(ns_path(namespace, "poddisruptionbudgets", objects.NAME, group="policy")),
+        "network_policy": kube.get(
+            ns_path(namespace, "networkpolicies", objects.NAME, group=gateway_policy.NETWORKING)
+        ),
+        "role": kube.get(ns_path(namespace, "roles", objects.NAME, group=objects.RBAC)),
+        "role_binding": kube.get(ns_path(namespace, "rolebindings", objects.NAME, group=objects.RBAC)),
+    }
+    return dict(zip(reads, await asyncio.gather(*reads.values()), strict=True))
 
 
 async def secrets(
@@ -55,7 +72,7 @@ async def secrets(
     own = await kube.list(ns_path(namespace, "secrets"), references.OWN_SELECTOR)
     have = {s["metadata"]["name"] for s in own}
     names = references.referenced(_specs(watches), _specs(webhook_tokens))
-    named = [await kube.get(ns_path(namespace, "secrets", name)) for name in names if name not in have]
+    named = await asyncio.gather(*(kube.get(ns_path(namespace, "secrets", name)) for name in names if name not in have))
     return [*own, *(s for s in named if s is not None)]
 
 

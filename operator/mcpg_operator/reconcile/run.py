@@ -39,6 +39,9 @@ class Outcome:
     """What the pass found and did, as the metrics count it (recorded by the scheduler, which times the pass)."""
     bus_account: bool = False
     """The namespace holds managed bus credentials after this pass: when this changes, the bus must follow."""
+    read: frozenset[str] = frozenset()
+    """What this pass read, each object at its version (`observed.Snapshot.versions`): an event bringing one of
+    these exact versions has nothing new to tell the next pass (`scheduler.Scheduler.request`)."""
 
 
 def new_token() -> str:
@@ -82,6 +85,7 @@ async def reconcile(
         rerun=decided.rerun and not refusals,
         facts=facts.of(snapshot, decided),
         bus_account=decided.bus_account,
+        read=snapshot.versions(),
     )
 
 

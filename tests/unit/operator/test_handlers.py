@@ -139,3 +139,15 @@ async def test_the_deployment_watch_asks_the_api_server_only_for_the_operators_d
     settings = await started_settings(monkeypatch)
     assert label_selector(settings, DEPLOYMENTS) == "app.kubernetes.io/managed-by=mcpg-operator"
     assert label_selector(settings, RESOURCEWATCHES) == ""  # the operator's own kinds: every one matters
+
+
+def test_an_event_that_can_only_be_our_own_status_write_landing_starts_no_pass() -> None:
+    meta = {"name": "w", "namespace": "ns", "generation": 3}
+    echo = {"metadata": meta, "status": {"observedGeneration": 3}}
+    assert handlers.status_echo("MODIFIED", echo)
+    for event_type in (None, "ADDED", "DELETED"):  # the first listing, a creation, a deletion
+        assert not handlers.status_echo(event_type, echo)
+    edited = {"metadata": {**meta, "generation": 4}, "status": {"observedGeneration": 3}}
+    deleting = {"metadata": {**meta, "deletionTimestamp": "2026-01-01T00:00:00Z"}, "status": {"observedGeneration": 3}}
+    for body in (edited, deleting, {"metadata": meta, "status": {}}, {"metadata": meta}):
+        assert not handlers.status_echo("MODIFIED", body)

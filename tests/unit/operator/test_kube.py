@@ -15,7 +15,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from mcpg_operator import leader, metrics
-from mcpg_operator.kube import Kube, NotLeading
+from mcpg_operator.kube import Kube, NotLeading, environment_read_once
 
 RENEW_S = 10.0
 LEASE = "ops/mcpg-operator"
@@ -111,3 +111,36 @@ def test_refused_writes_are_no_failure_any_isolation_boundary_catches() -> None:
     # `except Exception` guards each namespace's pass and each best-effort status report: neither may take the
     # fence for a failure to retry or to report on the objects.
     assert not issubclass(NotLeading, Exception)
+
+
+def api_client(host: str) -> Any:
+    from kubernetes_asyncio import client
+
+    cfg = client.Configuration()
+    cfg.host = host
+    return client.ApiClient(configuration=cfg)
+
+
+async def test_the_environments_proxy_is_read_once_at_connect_not_before_every_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    api = environment_read_once(api_client("https://10.96.0.1:443"))
+    try:
+        assert api.rest_client.proxy == "http://proxy.example:3128"
+        assert api.rest_client.pool_manager.trust_env is False
+    finally:
+        await api.close()
+
+
+async def test_no_proxy_still_keeps_the_api_server_direct(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    monkeypatch.setenv("NO_PROXY", "10.96.0.1")
+    api = environment_read_once(api_client("https://10.96.0.1:443"))
+    try:
+        assert not api.rest_client.proxy
+        assert api.rest_client.pool_manager.trust_env is False
+    finally:
+        await api.close()

@@ -136,3 +136,23 @@ def test_the_configuration_secret_view_keeps_its_text_digest_and_when_it_was_wri
     )
     assert found.text == "mcp: {}\n"
     assert snap.secret_versions() == {"mcpg-gateway-config": "42"}
+
+
+def test_a_snapshot_names_each_watched_object_it_read_at_its_version() -> None:
+    deployment = objects.deployment("ns", HASH, GatewayDefaults(), [])
+    deployment["metadata"]["resourceVersion"] = "9"
+    read = secret("s")
+    read["metadata"]["resourceVersion"] = "4"
+    snap = observed.snapshot(
+        "ns",
+        watches=[cr("ResourceWatch", "w", resourceVersion="7")],
+        webhook_tokens=[cr("WebhookToken", "t", resourceVersion="8")],
+        secrets=[read],
+        deployment=deployment,
+    )
+    assert snap.versions() == {
+        "ResourceWatch/w@7",
+        "WebhookToken/t@8",
+        "Secret/s@4",
+        f"Deployment/{objects.NAME}@9",
+    }

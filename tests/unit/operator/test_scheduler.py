@@ -256,3 +256,25 @@ async def test_halting_cancels_the_running_passes_before_they_send_anything_more
     assert (sent, cancelled) == ([], ["running"])
     assert scheduler.known() == ["running", "waiting"]
     await scheduler.close()
+
+
+async def test_an_event_bringing_a_version_the_last_pass_read_runs_no_pass_and_a_newer_one_does() -> None:
+    runs: list[str] = []
+
+    async def run(namespace: str) -> Outcome:
+        runs.append(namespace)
+        return Outcome(read=frozenset({"ResourceWatch/w@7"}))
+
+    scheduler = Scheduler(run)
+    scheduler.request("shop", version="ResourceWatch/w@7")  # nothing read yet: a pass
+    async with asyncio.timeout(BOUND_S):
+        await scheduler.idle("shop")
+    scheduler.request("shop", version="ResourceWatch/w@7")  # a later listing of what that pass read
+    async with asyncio.timeout(BOUND_S):
+        await scheduler.idle("shop")
+    assert runs == ["shop"]
+    scheduler.request("shop", version="ResourceWatch/w@8")
+    async with asyncio.timeout(BOUND_S):
+        await scheduler.idle("shop")
+    assert runs == ["shop", "shop"]
+    await scheduler.close()

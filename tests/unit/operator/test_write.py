@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
+from typing import Any
+
+import pytest
 
 from mcpg_operator import actions as w
+from mcpg_operator.kube import Refused, ns_path
 from mcpg_operator.reconcile import write
 from mcpg_testing.fake_kube import FakeKube
 
@@ -52,3 +57,37 @@ async def test_a_status_is_merge_patched_on_the_status_subresource_and_a_create_
     assert kube.secret_value(NS, "token", "token") == "mine"
     assert kube.writes[-1].path == f"/apis/mcpg.dev/v1alpha1/namespaces/{NS}/webhooktokens/t/status"
     assert kube.writes[-1].body == {"status": {"phase": "Ready"}}
+
+
+class CountingKube(FakeKube):
+    """A fake that counts the status writes in flight at once, each yielding to the loop before it lands."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.in_flight = self.most = 0
+
+    async def merge_patch(self, path: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        self.in_flight += 1
+        self.most = max(self.most, self.in_flight)
+        try:
+            await asyncio.sleep(0)  # the round trip: every other write of the stage starts meanwhile
+            return await super().merge_patch(path, body)
+        finally:
+            self.in_flight -= 1
+
+
+async def test_a_passs_statuses_are_sent_at_once_in_decided_order() -> None:
+    kube = CountingKube()
+    refs = [w.Ref("resourcewatches", f"rw{i}", "mcpg.dev") for i in range(3)]
+    await write.execute(kube, NS, [w.MergePatchStatus(ref, {"phase": "Ready"}) for ref in refs])
+    assert kube.most == 3
+    assert [c.path.rsplit("/", 2)[1] for c in kube.writes] == ["rw0", "rw1", "rw2"]
+
+
+async def test_a_failed_status_write_raises_once_every_status_of_the_stage_was_sent() -> None:
+    kube = CountingKube()
+    refs = [w.Ref("resourcewatches", f"rw{i}", "mcpg.dev") for i in range(3)]
+    kube.refuse(ns_path(NS, "resourcewatches", "rw0", group="mcpg.dev"), Refused(422, "Invalid", "refused"))
+    with pytest.raises(Refused):
+        await write.execute(kube, NS, [w.MergePatchStatus(ref, {"phase": "Ready"}) for ref in refs])
+    assert len(kube.writes) == 3
