@@ -139,6 +139,11 @@ def cluster(workdir: Path) -> Iterator[tuple[ControlPlane, Api, StartOperator]]:
 
 
 def watches(namespaces: list[str], per_ns: int) -> str:
+    return yaml.safe_dump_all(watch_docs(namespaces, per_ns))
+
+
+def watch_docs(namespaces: list[str], per_ns: int) -> list[dict[str, Any]]:
+    """`per_ns` polled ResourceWatches in each namespace, `bench://<ns>/<i>`, backends that are never read."""
     docs = []
     for ns in namespaces:
         for i in range(per_ns):
@@ -146,7 +151,7 @@ def watches(namespaces: list[str], per_ns: int) -> str:
             spec["watch"] = {"poll": {"intervalMs": 10000}}
             meta = {"name": f"w{i}", "namespace": ns}
             docs.append({"apiVersion": "mcpg.dev/v1alpha1", "kind": "ResourceWatch", "metadata": meta, "spec": spec})
-    return yaml.safe_dump_all(docs)
+    return docs
 
 
 def ready(obj: dict[str, Any], type_: str = "Ready") -> bool:

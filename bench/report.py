@@ -48,13 +48,14 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
     if "polling" in results:
         r = results["polling"]
         g, ref = r["gateway"], r["reference"]
+        ratios = r.get("ratios", [r["ratio"]])  # before three rounds, one
         out.append(
             (
-                f"3. poll watchers, {r['uris']} URIs (CPU per poll)",
+                f"3. poll watchers, {r['uris']} URIs (CPU per poll; the worst of {len(ratios)} consecutive rounds)",
                 f"{g['cpu_ms_per_poll']} ms (RSS {g['rss_mb']} MB)",
                 f"{ref['cpu_ms_per_poll']} ms (RSS {ref['rss_mb']} MB)",
-                f"{r['ratio']}x",
-                "<= 1.5x",
+                f"{r['ratio']}x (rounds: {' / '.join(f'{x}x' for x in ratios)})",
+                "<= 1.5x in each round",
                 _met(r["met"]),
             )
         )
@@ -88,11 +89,45 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
                     _met(r["met_rendered"]),
                 )
             )
+    if "scale" in results:
+        out.extend(_scale_rows(results["scale"]))
     if "rotation" in results:
         out.append(_rotation_row(results["rotation"]))
     if "scaleout" in results:
         out.extend(_scaleout_rows(results["scaleout"]))
     return out
+
+
+def _scale_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
+    """Scenario 5b: convergence at scale against the rendered objects, then a restart's resync at two sizes."""
+    g, full, half = r["gateway"], r["resync"]["full"], r["resync"]["half"]
+    what = f"5b. operator at scale, {r['watches']} watches / {r['namespaces']} ns on kwok"
+    converged = (
+        f"{g['converged_s']} s (operator {g['operator_cpu_s']} CPU-s, peak RSS {g['operator_peak_rss_mb']} MB, "
+        f"{g['operator_writes']} writes, {g['operator_passes']} passes)"
+    )
+    resynced = (
+        f"{full['duration_s']} s for {full['namespaces']} ns, {half['duration_s']} s for {half['namespaces']}; "
+        f"{full['writes'] + half['writes']} writes"
+    )
+    return [
+        (
+            f"{what}, vs creating the rendered objects and waiting for the same rollouts",
+            converged,
+            f"{r['reference']['rendered_rollout_s']} s (the rendered objects created + the same rollouts)",
+            f"{r['ratio']}x",
+            "<= 1.5x",
+            _met(r["met"]),
+        ),
+        (
+            f"{what}, a restart's resync with nothing to do (writes; duration at two sizes)",
+            resynced,
+            f"size ratio {r['resync']['size_ratio']}",
+            f"duration ratio {r['resync']['duration_ratio']}",
+            r["resync_bar"],
+            _met(r["resync_met"]),
+        ),
+    ]
 
 
 def _rotation_row(r: dict[str, Any]) -> tuple[str, str, str, str, str, str]:
@@ -191,14 +226,18 @@ def _scaleout_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str, str, str
     g, ref = up["gateway"], up["reference"]
     split = ", ".join(f"{who} {k / up['intervals']:.1f}" for who, k in g["reads_per_process"].items())
     several = f"; {g['uris_read_by_several']} URIs read by several" if g["uris_read_by_several"] else ""
+    shares = g.get("shares") or {}
+    split_shares = ", ".join(f"{who} {x['polls']} / {x['cpu']}" for who, x in shares.items())
+    low, high = up.get("share_bounds") or (0.25, 0.4167)
     out.append(
         (
             f"7b. scale-out upstream reads, {up['uris']} polled URIs each subscribed on {n} processes "
-            f"(reads per {up['interval_s']:g} s interval, over {_count(up['intervals'], 'interval')})",
-            f"{g['reads_per_interval']} ({split}{several})",
+            f"(reads per {up['interval_s']:g} s interval, over {_count(up['intervals'], 'interval')}; "
+            "each process's share of the polls / of the polling CPU)",
+            f"{g['reads_per_interval']} ({split}{several})" + (f"; shares {split_shares}" if shares else ""),
             f"{ref['reads_per_interval']} (1 process, no bus)",
             f"{up['ratio']}x",
-            "<= 1.05x (1.0 by design; + lease handovers)",
+            f"<= 1.05x (1.0 by design; + lease handovers); each share {low:.2f}-{high:.2f}",
             _met(up["met"]),
         )
     )
@@ -328,7 +367,9 @@ METHOD = """## What each scenario measures
    one listen stream, 500 URIs each), polled at the 10 s floor against a local aiohttp upstream process. Gateway
    CPU time (`/proc/<pid>/stat`) over a 25 s window after a 12 s warm-up, divided by the polls the upstream
    counted in that window; RSS at the end. Reference: a bare loop process doing the same GETs + SHA-256 every
-   10 s per URI with aiohttp (one session, the gateway's connector limit), measured the same way.
+   10 s per URI with aiohttp (one session, the gateway's connector limit), measured the same way. Three
+   consecutive rounds, each a fresh reference process then a fresh gateway, each alone on the machine; the bar
+   holds in each, and the row shows the worst round and every round's ratio.
 4. **Memory per subscription**: RSS of the gateway with 10,000 subscriptions: 1,000 sessions (500 legacy,
    500 listen) x 10 URIs each, over 1,000 webhook resources (no upstream reads). References: the SDK server
    and the wire server of scenario 1 holding the same sessions and subscriptions. KB/session is (loaded RSS -
@@ -355,6 +396,29 @@ METHOD = """## What each scenario measures
    operator is stopped and its gateways scaled to 0; then the rendered-objects reference is timed with nothing
    else running. Running second, the reference gets whatever warmth is left, so the ratio errs against the
    operator.
+   **5b. The operator at scale** (`bench/operator_scale.py`): 5,000 ResourceWatches over 500 namespaces on a
+   control plane started without the real node (`ControlPlane(real_node=False)`: etcd, the API server, the
+   controllers, the scheduler and kwok), every namespace's pods put on kwok's fake nodes (Running and Ready at
+   once, nothing run), so what is measured is the operator and the control plane, not 500 gateway processes. The
+   operator runs cluster-wide, as the chart installs it, under the chart's RBAC, with its default settings; each
+   namespace holds its gateway's auth Secret (one principal) beforehand, as one whose gateway clients can use. kwok
+   runs no container, so no pod could acknowledge a configuration: `bench/kwok_acks.py` answers the operator's
+   question to each gateway pod (on its admin port, at the loopback address kwok gave it) with the acknowledgement
+   a gateway serving its namespace's configuration Secret gives, computed from that Secret as its watch last saw it.
+   So convergence is the rule of 5: every ResourceWatch Ready (reason `Served`) at its generation and every
+   Deployment rolled out (both timed to the watch event that completed them), and then every configuration Secret
+   holding its namespace's URIs; from the first of the 5,000 POSTs (8 at a time, a namespace's in order). Reference:
+   what the operator rendered, read back and re-targeted as in 5, created the same way with the operator (and the
+   stand-in) stopped, until every Deployment has rolled out; one namespace goes through each path untimed first.
+   Beside it: the operator's CPU seconds and peak RSS (`/proc/<pid>/status` VmHWM) over the convergence, its
+   passes, and the writes it sent (counted from the API server's audit log, which records only the operator's
+   identity's writes). **Resync with nothing to do**: the operator restarted against the converged cluster (kopf
+   lists everything and every namespace gets a pass: the path of a restart or a failover), timed from the moment it
+   leads until every namespace has had a pass and none has ended for 3 s (its /metrics; the end is the last pass's),
+   its writes counted from the audit log (the Lease's renewals are the election's, counted apart). Bar: none. Then
+   the ResourceWatches of half the namespaces are deleted (their gateways collected) and the same is measured over
+   the other half. Bar, linear: the duration ratio at most 1.25 times the size ratio (a faster than linear resync
+   passes: a fixed cost is not a scaling problem).
 6. **Rotation and a watch edit, in place**: one WebhookToken (`gracePeriodSeconds: 0`) and its webhook
    ResourceWatch, 3 replicas, under an operator started for this scenario, a `subscriptions/listen` stream held on
    every gateway pod throughout. From the `kubectl patch` of the Secret to `status.accepted.secretResourceVersion`
@@ -379,6 +443,9 @@ METHOD = """## What each scenario measures
      after a 12 s warm-up, the window starting at the instant farthest from every read's phase, so no read sits
      near its edges: one owner per URI gives exactly 1.0. The 5% allowance is for lease handovers (a new owner
      checks its URI at once: one read more each); URIs read by more than one process in the window are shown.
+     The leases spread over the processes by rendezvous hashing (`gateway/mcpg_gateway/rendezvous.py`); the window
+     starts once each owns the URIs the ranking gives it. Each process's share of the window's polls and of the
+     three's CPU time over it (`/proc/<pid>/stat`) must lie within 25% of a third.
    - **c. Takeover**: one polled URI subscribed on 3 further processes, `lease_ttl_s` 3 (run during b's window).
      The owner (the one process reading the URI over a whole interval) is SIGKILLed, 5 times at phases of its
      read interval spread evenly over it; the time from the kill to the first read by a survivor (both on

@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import convergence
 import fanout
 import ingest
+import operator_scale
 import polling
 import report
 import scaleout
@@ -53,6 +54,8 @@ FULL = {
     "per_ns": 10,
     "replicas": 1,
     "warmup": True,
+    "scale_namespaces": 500,
+    "scale_per_ns": 10,
     "rotations": 5,
     "rotation_replicas": 3,
     "scaleout_processes": 3,
@@ -83,6 +86,8 @@ SMOKE = {
     "per_ns": 1,
     "replicas": 1,
     "warmup": False,
+    "scale_namespaces": 4,
+    "scale_per_ns": 5,
     "rotations": 1,
     "rotation_replicas": 1,  # real gateway processes roll one at a time: 3 would triple every rollout
     "scaleout_processes": 3,
@@ -95,7 +100,7 @@ SMOKE = {
     "scaleout_lease_ttl_s": 1.0,
     "scaleout_takeovers": 1,
 }
-SCENARIOS = ("fanout", "ingest", "signed", "polling", "memory", "capacity", "operator", "scaleout")
+SCENARIOS = ("fanout", "ingest", "signed", "polling", "memory", "capacity", "operator", "scale", "scaleout")
 
 
 def run(only: list[str], p: dict[str, Any], smoke: bool, workdir: Path) -> dict[str, Any]:
@@ -131,6 +136,8 @@ def run(only: list[str], p: dict[str, Any], smoke: bool, workdir: Path) -> dict[
     if "operator" in only:
         sizes = (p["namespaces"], p["per_ns"], p["rotations"], p["replicas"], p["rotation_replicas"], p["warmup"])
         timed("operator", lambda: convergence.run(workdir, *sizes))
+    if "scale" in only:
+        timed("scale", lambda: operator_scale.run(workdir, p["scale_namespaces"], p["scale_per_ns"]))
     if "scaleout" in only:
         keys = ("processes", "sessions", "posts", "post_budget_s", "uris", "warmup_s", "intervals", "lease_ttl_s")
         kwargs = {k: p[f"scaleout_{k}"] for k in (*keys, "takeovers")}

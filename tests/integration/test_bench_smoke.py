@@ -35,6 +35,7 @@ def test_bench_smoke_mode_yields_every_figure_and_its_reference(tmp_path: Path) 
     assert results["signed"]["reference"]["per_cpu_s"] > 0
     assert results["polling"]["gateway"]["polls"] > 0
     assert results["polling"]["reference"]["polls"] > 0
+    assert len(results["polling"]["ratios"]) == 1  # smoke: one round, both measured together
     assert results["memory"]["gateway"]["rss_mb"] > 0
     assert results["memory"]["reference"]["rss_mb"] > 0
     assert results["memory"]["wire"]["rss_mb"] > 0
@@ -53,6 +54,18 @@ def test_bench_smoke_mode_yields_every_figure_and_its_reference(tmp_path: Path) 
     assert results["rotation"]["streams"]["opened"] > 0
     assert results["rotation"]["reference"]["rollout_median_s"] > 0
     assert results["rotation"]["reference"]["pause_rollout_median_s"] > 0
+    scale = results["scale"]
+    assert scale["gateway"]["converged_s"] > 0
+    assert scale["reference"]["rendered_rollout_s"] > 0
+    assert scale["gateway"]["operator_peak_rss_mb"] > 0
+    for size in ("full", "half"):
+        assert scale["resync"][size]["passes"] >= scale["resync"][size]["namespaces"] > 0, size
+        assert scale["resync"][size]["writes"] >= 0, size
+    upstream = results["scaleout"]["upstream"]
+    shares = upstream["gateway"]["shares"]
+    assert set(shares) == set(upstream["gateway"]["reads_per_process"])
+    if upstream["gateway"]["reads"]:  # smoke's window may hold no read
+        assert abs(sum(s["polls"] for s in shares.values()) - 1) < 0.01
     text = docs.read_text()
     assert "vs kubectl apply of the ResourceWatches" in text
     assert "vs applying the rendered objects and waiting for the same rollouts" in text

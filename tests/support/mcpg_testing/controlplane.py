@@ -7,6 +7,11 @@ only one (`node.py` claims it), so a test run and a `make cluster-up` cluster ta
 directory; `down` stops exactly those PIDs. What each component is given is in `components.py` and
 `nodeconfig.py`; this module starts, waits for and stops them.
 
+`real_node=False` starts the control plane and kwok alone, for scale scenarios whose pods all go to kwok: the
+machine's node is neither claimed nor touched (a test run may hold it meanwhile), the API server listens on
+loopback, kwok gives its pods loopback addresses (so one local process can answer for every pod) and the API
+server keeps an audit log of the operator's writes (`audit_log`).
+
     python -m mcpg_testing.controlplane up|down|status --state DIR    (or hack/controlplane.py)
 """
 
@@ -30,7 +35,16 @@ from types import TracebackType
 from typing import Any, TypedDict
 
 from mcpg_testing import components, node, oci
-from mcpg_testing.components import COMPONENTS, HOST_BINARIES, KWOK_NODE, KWOK_STAGES, Endpoints, Layout
+from mcpg_testing.components import (
+    COMPONENTS,
+    HOST_BINARIES,
+    KWOK_NODE,
+    KWOK_STAGES,
+    NODE_COMPONENTS,
+    OPERATOR_USER,
+    Endpoints,
+    Layout,
+)
 from mcpg_testing.nodeconfig import NODE_NAME
 from mcpg_testing.processes import WaitTimeout, die_with_parent_hook, pid_alive, send_signal, tail, wait_until
 
@@ -39,6 +53,25 @@ logger = logging.getLogger(__name__)
 READY_TIMEOUT = 90.0  # per wait; a cold start on 2 cores takes a few seconds per component
 STOP_TIMEOUT = 10.0  # SIGTERM grace before SIGKILL
 KUBECTL_TIMEOUT = 180.0
+LOOPBACK = "127.0.0.1"
+KWOK_LOOPBACK_CIDR = "127.245.0.0/16"
+"""kwok's pod addresses without the real node: on loopback (all of 127/8 is local), so a process listening on
+every address answers for every kwok pod (a gateway's admin port, say) with no route added to the host."""
+LOOPBACK_SERVICE_CIDR = "10.96.0.0/16"
+"""The Service range without the real node (no kube-proxy programs it): room for a Service in each of thousands of
+namespaces, where the real node's /24 holds 254."""
+WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],  # one event per request, once it is answered
+    "rules": [
+        {"level": "Metadata", "users": [OPERATOR_USER], "verbs": list(WRITE_VERBS)},
+        {"level": "None"},
+    ],
+}
+"""Without the real node: every write request the operator's identity makes, answered, with its verb, object and
+response code (no bodies); nothing else, so the log stays small at any scale."""
 
 
 class ControlPlaneError(Exception):
@@ -67,12 +100,17 @@ class ControlPlane:
         *,
         die_with_parent: bool = False,
         images: Sequence[str] = oci.ALL,
+        real_node: bool = True,
     ) -> None:
         """`die_with_parent`: the components get SIGKILL when this process (thread) dies; for tests. `images`:
-        the images (`oci.REFERENCES` names) built and imported into the node's runtime."""
+        the images (`oci.REFERENCES` names) built and imported into the node's runtime. `real_node`: False for
+        the control plane and kwok alone (see the module docstring); no image is built then."""
         self.layout = Layout(state_dir.resolve(), (bin_dir or default_bin_dir()).resolve())
         self.die_with_parent = die_with_parent
-        self.images = tuple(images)
+        self.real_node = real_node
+        self.images = tuple(images) if real_node else ()
+        self.components = COMPONENTS if real_node else tuple(c for c in COMPONENTS if c not in NODE_COMPONENTS)
+        """What this control plane starts, in order."""
         self._children: dict[str, subprocess.Popen[bytes]] = {}
 
     @property
@@ -98,6 +136,12 @@ class ControlPlane:
         """One log per component; kept by `stop()`."""
         return self.layout.logs_dir
 
+    @property
+    def audit_log(self) -> Path:
+        """Without the real node: the API server's audit log of the operator's writes (`AUDIT_POLICY`), one JSON
+        event per line; kept by `stop()`."""
+        return self.logs_dir / "audit.log"
+
     def binary(self, name: str) -> Path:
         """The cached binary (or kwok stages file) `name`; a clear error if it was not built."""
         if name in HOST_BINARIES:
@@ -116,7 +160,7 @@ class ControlPlane:
     def log_tails(self, lines: int = 25, pods: int = 4) -> str:
         """The tail of every component's log and of the `pods` most recently written container logs, for a
         report."""
-        logs = [self.log(c) for c in COMPONENTS]
+        logs = [self.log(c) for c in self.components]
         pod_logs = sorted(self.pod_logs(), key=lambda p: p.stat().st_mtime)[-pods:]
         return "\n".join(f"--- {path} ---\n{tail(path, lines)}" for path in logs + pod_logs)
 
@@ -194,19 +238,24 @@ class ControlPlane:
     def is_running(self) -> bool:
         """True if every component recorded by `start()` still runs."""
         state = self.alive()
-        return set(state) == set(COMPONENTS) and all(state.values())
+        return set(state) == set(self.components) and all(state.values())
 
     def _save(self, endpoints: Endpoints, processes: dict[str, Recorded]) -> None:
         record = {"server": endpoints.server, "processes": processes}
         self.layout.record.write_text(json.dumps(record, indent=2) + "\n")
-        node.record_pids(self.state_dir, {n: {"pid": p["pid"], "argv0": p["argv0"]} for n, p in processes.items()})
+        if self.real_node:
+            pids: dict[str, dict[str, int | str]] = {
+                n: {"pid": p["pid"], "argv0": p["argv0"]} for n, p in processes.items()
+            }
+            node.record_pids(self.state_dir, pids)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start every component and return once both nodes are Ready and cluster DNS answers; clean up on
-        failure."""
-        for name in (*COMPONENTS, "kubectl", "crictl", KWOK_STAGES):
+        """Start every component and return once both nodes are Ready and cluster DNS answers (without the real
+        node: once kwok's is Ready); clean up on failure."""
+        tools = ("kubectl", "crictl") if self.real_node else ("kubectl",)
+        for name in (*self.components, *tools, KWOK_STAGES):
             self.binary(name)  # a clear error now if `make binaries` was not run
         if self.processes():
             logger.info("stopping what is left of a previous control plane in %s", self.state_dir)
@@ -223,18 +272,22 @@ class ControlPlane:
 
     def _start(self, archives: list[Path]) -> None:
         self.logs_dir.mkdir(parents=True, exist_ok=True)
-        try:
-            node.claim(self.layout.node, self.state_dir)  # the bridge first: the API server listens on its address
-        except node.NodeError as e:
-            raise ControlPlaneError(str(e)) from None
+        if self.real_node:
+            try:
+                node.claim(self.layout.node, self.state_dir)  # the bridge first: the API server listens on it
+            except node.NodeError as e:
+                raise ControlPlaneError(str(e)) from None
         self.layout.pki.mkdir(mode=0o700)  # keys and tokens
         self.layout.etcd_data.mkdir(mode=0o700)
-        endpoints = Endpoints.pick()
+        endpoints = Endpoints.pick() if self.real_node else LoopbackEndpoints.pick()
         admin_token = components.write_credentials(self.layout, endpoints)
-        node.write_configs(self.layout.node, self.kubeconfig, endpoints.dns_ready)
+        if self.real_node:
+            node.write_configs(self.layout.node, self.kubeconfig, endpoints.dns_ready)
         processes: dict[str, Recorded] = {}
-        for name in COMPONENTS:
+        for name in self.components:
             argv = components.argv(name, self.layout, endpoints)
+            if not self.real_node:
+                argv = self._off_node(name, argv)
             processes[name] = Recorded(pid=self._spawn(name, argv), argv0=argv[0])
             self._save(endpoints, processes)  # recorded at once, so `down` can clean up a failed `up`
             if name == "etcd":
@@ -253,6 +306,25 @@ class ControlPlane:
                 self._await(name, _service_rules_programmed, "kube-proxy to program the kubernetes Service")
             elif name == "coredns":
                 self._await(name, lambda: _dns_ready(endpoints), "CoreDNS to sync")
+
+    def _off_node(self, component: str, argv: list[str]) -> list[str]:
+        """`argv` as it runs without the real node: no bridge address to listen on, kwok's pods on loopback, a
+        Service range for thousands of namespaces, and the API server's audit log of the operator's writes."""
+        swapped = {
+            "--bind-address=": LOOPBACK,
+            "--advertise-address=": LOOPBACK,
+            "--cidr=": KWOK_LOOPBACK_CIDR,
+            "--service-cluster-ip-range=": LOOPBACK_SERVICE_CIDR,
+        }
+        out = []
+        for arg in argv:
+            prefix = next((p for p in swapped if arg.startswith(p)), None)
+            out.append(arg if prefix is None else prefix + swapped[prefix])
+        if component == "kube-apiserver":
+            policy = self.state_dir / "audit-policy.json"
+            policy.write_text(json.dumps(AUDIT_POLICY))
+            out += [f"--audit-policy-file={policy}", f"--audit-log-path={self.audit_log}", "--audit-log-format=json"]
+        return out
 
     def _runtime_answers(self) -> bool:
         return self.crictl("version", check=False).returncode == 0
@@ -300,13 +372,19 @@ class ControlPlane:
         """Stop the kubelet, remove every pod through the runtime, stop the other components (SIGTERM, SIGKILL
         after STOP_TIMEOUT), put the host back as the node found it, then remove the data."""
         processes = self.processes()
+        if not self.real_node:  # the machine's node was never ours: only our processes and data go
+            self._stop_processes(processes)
+            self._remove_data(())
+            return
         ours = not node.held_by_other(self.state_dir)  # else the node is another cluster's: leave it be
         self._stop_processes({n: p for n, p in processes.items() if n == "kubelet"})
         if ours and self.alive().get("containerd"):
             node.remove_pods(self.layout.node, self.binary("crictl"))  # nothing recreates them now
         self._stop_processes(processes)
         node.release(self.layout.node, self.state_dir)
-        owned = (self.layout.node.root,) if ours else ()
+        self._remove_data((self.layout.node.root,) if ours else ())
+
+    def _remove_data(self, owned: tuple[Path, ...]) -> None:
         for path in (self.layout.etcd_data, self.layout.pki, self.layout.kubectl_cache, *owned):
             shutil.rmtree(path, ignore_errors=True)
         for path in (self.kubeconfig, self.operator_kubeconfig, self.layout.record):
@@ -378,6 +456,16 @@ class ControlPlane:
         jsonpath = "jsonpath={.metadata.resourceVersion}"
         args = ("-n", namespace, "patch", "secret", secret, "--type", "merge", "-p", patch, "-o", jsonpath)
         return self.kubectl(*args).stdout.strip()
+
+
+class LoopbackEndpoints(Endpoints):
+    """The API server on loopback: without the real node there is no bridge address to listen on."""
+
+    __slots__ = ()
+
+    @property
+    def server(self) -> str:
+        return f"https://{LOOPBACK}:{self.apiserver}"
 
 
 def _request(base: str, method: str, path: str, token: str = "", body: object = None) -> tuple[int, bytes]:
