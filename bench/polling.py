@@ -129,6 +129,7 @@ def run(workdir: Path, uris: int, warmup_s: float, window_s: float, together: bo
     worst = max(rounds, key=lambda r: r["ratio"] if r["ratio"] is not None else float("inf"))
     result.update(reference=worst["reference"], gateway=worst["gateway"], ratio=worst["ratio"])
     result["ratios"] = [r["ratio"] for r in rounds]
+    result["rounds"] = [{k: r[k]["cpu_ms_per_poll"] for k in ("reference", "gateway")} for r in rounds]
     result["bar"] = f"CPU per poll <= 1.5x reference, in each of {len(rounds)} consecutive rounds"
     result["met"] = all(r is not None and r <= 1.5 for r in result["ratios"])
     return result

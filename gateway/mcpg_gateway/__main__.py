@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import gc
 import logging
 import os
 import signal
@@ -172,14 +173,25 @@ async def _run(start: Start, options: Options, args: argparse.Namespace) -> None
     tracing.install()  # OpenTelemetry traces, only when OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT is set
     gw = _gateway(start, options)
     stop, hangup = _signals()
+    _settled()
     await servers.serve(gw, args.host, args.port, args.admin_port, stop, hangup=hangup)
     logger.info("gateway stopped")
+
+
+def _settled() -> None:
+    """Move what start-up made (the SDK, pydantic's schemas, the configuration: about 180,000 objects, nearly all
+    held for the process's life) out of the garbage collector's reach. Each full collection scanned them all: one
+    took 138 ms of CPU, about a fifth of what 2,000 polls cost (the poll benchmark); frozen, a collection scans
+    only what serving made since."""
+    gc.collect()  # what start-up left unreachable goes now, not into the frozen generation
+    gc.freeze()
 
 
 async def _run_stdio(start: Start, options: Options, principal: Principal) -> None:
     tracing.install()  # as _run: an OTLP exporter writes to the network, never to stdout
     gw = _gateway(start, options)
     stop, hangup = _signals()
+    _settled()
     await stdio.serve(gw, principal, stop, hangup=hangup)
     logger.info("gateway stopped")
 
