@@ -390,16 +390,21 @@ class ScriptedPull:
         return None
 
 
-def a_bus(server: NatsServer, registry: CollectorRegistry) -> bus.Bus:
+def bus_config(server: NatsServer, lease_ttl_s: float) -> config.BusConfig:
+    """A bus of its own on `server`: a fresh subject prefix and buckets."""
     name = f"t{uuid.uuid4().hex[:12]}"
-    cfg = config.BusConfig(
+    return config.BusConfig(
         url=server.address,
         user=server.user,
         password=SecretStr(server.password),
         subject_prefix=name,
         bucket=name,
-        lease_ttl_s=1,
+        lease_ttl_s=lease_ttl_s,
     )
+
+
+def a_bus(server: NatsServer, registry: CollectorRegistry) -> bus.Bus:
+    cfg = bus_config(server, 1)
     return bus.Bus(cfg, "a", registry, grace_s=5)
 
 
@@ -627,15 +632,7 @@ class Spread:
     on one manual clock; every fire each gateway tells (its own or from the bus) is counted by URI."""
 
     def __init__(self, server: NatsServer, clock: ManualClock) -> None:
-        name = f"t{uuid.uuid4().hex[:12]}"
-        cfg = config.BusConfig(
-            url=server.address,
-            user=server.user,
-            password=SecretStr(server.password),
-            subject_prefix=name,
-            bucket=name,
-            lease_ttl_s=3,  # 450 watches in one event loop: renewals every second leave it room on a loaded machine
-        )
+        cfg = bus_config(server, 3)  # 450 watches in one event loop: renewals every second leave it room when loaded
         self.clock = clock
         self.told: dict[str, Counter[str]] = {n: Counter() for n in SPREAD_NAMES}
         self._told = asyncio.Event()
