@@ -3,7 +3,8 @@
 `gateway.limits` / `gateway.subscriptions` (the chart's values, `MCPG_GATEWAY_LIMITS` / `MCPG_GATEWAY_SUBSCRIPTIONS`
 on the operator: the session's release, `fixtures.CHART_VALUES`, sets non-default ones) are rendered into each
 namespace's gateway configuration. Each of the three pods publishes them in its server card (reached at its pod
-IP), and one enforces them for a caller that reaches it through the Service's ClusterIP, before any upstream read.
+IP), as fitted to the memory limit the pod was rendered with (`memory_fit.py`), and one enforces them for a caller
+that reaches it through the Service's ClusterIP, before any upstream read.
 The connection deadlines hold on a pod too: a listen stream whose client stops reading is closed at the
 operator's `write_timeout_s`, and a client that pipelines past the bound is cut off.
 """
@@ -21,7 +22,8 @@ from urllib.parse import urlsplit
 import httpx2
 import yaml
 
-from mcpg_gateway import connections, errors
+from mcpg_gateway import connections, errors, memory_fit
+from mcpg_gateway.contract import config
 from mcpg_testing import stuck
 from mcpg_testing.clients import refusal
 from mcpg_testing.controlplane import ControlPlane
@@ -57,6 +59,25 @@ def manifests() -> list[dict[str, Any]]:
     ]
 
 
+MIB = 1024 * 1024
+UNITS = {"Mi": MIB, "Gi": 1024 * MIB}
+
+
+def pod_memory_limit(plane: ControlPlane, ns: str) -> int:
+    """The memory limit (bytes) the operator rendered into the gateway Deployment's container."""
+    deployment = json.loads(plane.kubectl("-n", ns, "get", "deployment", "mcpg-gateway", "-o", "json").stdout)
+    [container] = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "gateway"]
+    quantity: str = container["resources"]["limits"]["memory"]
+    return int(quantity[:-2]) * UNITS[quantity[-2:]]
+
+
+def published(memory_limit: int) -> dict[str, int]:
+    """The limits the operator was given (a client has no use for `write_timeout_s`), as a pod with `memory_limit`
+    serves them: its caps fitted to it."""
+    fitted = memory_fit.fit(config.LimitsConfig.model_validate(LIMITS), memory_limit).limits
+    return {k: getattr(fitted, k) for k in LIMITS if k != "write_timeout_s"}
+
+
 async def test_every_gateway_pod_publishes_and_enforces_the_limits_the_operator_was_given(
     control_plane: ControlPlane, operator: OperatorRelease, namespace: str
 ) -> None:
@@ -69,8 +90,7 @@ async def test_every_gateway_pod_publishes_and_enforces_the_limits_the_operator_
         for base in pods.values():
             card = (await http.get(f"{base}/.well-known/mcp/server-card.json")).json()["subscriptions"]
             assert card["subscribable_uri_templates"] == [TEMPLATE]
-            published = {k: v for k, v in LIMITS.items() if k != "write_timeout_s"}  # a client has no use for it
-            assert published.items() <= card["limits"].items()
+            assert published(pod_memory_limit(control_plane, namespace)).items() <= card["limits"].items()
             assert SUBSCRIPTIONS.items() <= card["lease"].items()
     service = control_plane.service_url(namespace, "mcpg-gateway")
     too_many = [f"doc://{n}" for n in range(LIMITS["watches_per_principal"] + 1)]

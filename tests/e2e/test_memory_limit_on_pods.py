@@ -1,10 +1,10 @@
-"""A gateway pod's memory limit is the kernel's: past it, the container is OOM-killed and restarted.
+"""A gateway pod's memory limit is one its caps are fitted to: at the cap it refuses, and the kernel never kills it.
 
-The gateway admits more MCP sessions (10,000 by default, about 97 KB each) than the memory its pod is given can
-hold. Until the gateway refuses at a cap of its own, the limit the operator renders is what stops it, and only
-because the pod runs in a cgroup the real node enforces: here an McpGateway gives one replica 128 MiB, callers
-of sixteen principals open sessions through the Service, and the container is killed by the kernel
-(`OOMKilled`, exit 137), restarted by the kubelet, and serves again.
+Before issue 36 the gateway admitted 10,000 MCP sessions (about 97 KB each) whatever memory its pod was given,
+and this test watched the kernel OOM-kill a 128 MiB pod. Now the gateway reads its container's memory limit (the
+cgroup the real node's kubelet made for the pod) and lowers its caps to fit (`memory_fit.py`): here an McpGateway
+gives one replica 256 MiB, callers of sixteen principals try to open 2,048 sessions through the Service, exactly the
+fitted cap is admitted and every other is refused, and the container is never OOM-killed or restarted.
 """
 
 from __future__ import annotations
@@ -12,20 +12,25 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+from collections import Counter
 from typing import Any
 
 import httpx2
 import yaml
 
+from mcpg_gateway import memory_fit
+from mcpg_gateway.contract import config
 from mcpg_testing import manifests
 from mcpg_testing.controlplane import ControlPlane
+from mcpg_testing.fixtures import CHART_VALUES
 from mcpg_testing.pods import apply
 from mcpg_testing.processes import wait_until
 from mcpg_testing.release import OperatorRelease
 
-MEMORY_LIMIT = "128Mi"
+MEMORY_LIMIT = "256Mi"
+MEMORY_LIMIT_BYTES = 256 * 1024 * 1024
 PRINCIPALS = 16
-SESSIONS_PER_PRINCIPAL = 128  # the gateway's default cap per principal: 2,048 sessions in all, ~200 MB
+SESSIONS_PER_PRINCIPAL = 128  # the gateway's default cap per principal: 2,048 sessions in all, past the fitted cap
 BATCH = 32
 BOUND_S = 180.0
 INITIALIZE = {
@@ -82,23 +87,27 @@ def oom_killed(status: dict[str, Any]) -> bool:
     return any(e is not None and e.get("reason") == "OOMKilled" for e in ended)
 
 
-async def open_sessions(url: str, plane: ControlPlane, ns: str, pod: str) -> int:
-    """Open sessions, BATCH at a time, until the container has been OOM-killed; how many were accepted."""
-    accepted = 0
+async def open_sessions(url: str) -> Counter[int]:
+    """Every principal's `SESSIONS_PER_PRINCIPAL` sessions, BATCH at a time: how many were answered with each status."""
+    answers: Counter[int] = Counter()
     async with httpx2.AsyncClient(timeout=httpx2.Timeout(20)) as http:
         for token in tokens():
             headers = {"authorization": f"Bearer {token}", "accept": "application/json, text/event-stream"}
             for _ in range(SESSIONS_PER_PRINCIPAL // BATCH):
                 results = await asyncio.gather(
-                    *(http.post(url, json=INITIALIZE, headers=headers) for _ in range(BATCH)), return_exceptions=True
+                    *(http.post(url, json=INITIALIZE, headers=headers) for _ in range(BATCH))
                 )
-                accepted += sum(1 for r in results if not isinstance(r, BaseException) and r.status_code == 200)
-                if oom_killed(status_of(plane, ns, pod)):
-                    return accepted
-    return accepted
+                answers.update(r.status_code for r in results)
+    return answers
 
 
-async def test_a_gateway_pod_past_its_memory_limit_is_oom_killed_and_restarted(
+def fitted_sessions() -> int:
+    """`sessions_total` as the operator configures it (the chart's limits), fitted to `MEMORY_LIMIT`."""
+    configured = config.LimitsConfig.model_validate(CHART_VALUES["gateway"]["limits"])
+    return memory_fit.fit(configured, MEMORY_LIMIT_BYTES).limits.sessions_total
+
+
+async def test_a_gateway_pod_refuses_at_the_cap_fitted_to_its_memory_limit_and_is_never_oom_killed(
     control_plane: ControlPlane, operator: OperatorRelease, namespace: str
 ) -> None:
     apply(control_plane, namespace, *documents())
@@ -109,20 +118,18 @@ async def test_a_gateway_pod_past_its_memory_limit_is_oom_killed_and_restarted(
     )
     control_plane.kubectl("-n", namespace, "rollout", "status", "deployment/mcpg-gateway", "--timeout=150s")
     [pod] = [p["metadata"]["name"] for p in gateway_pods(control_plane, namespace)]
-    url = control_plane.service_url(namespace, "mcpg-gateway") + "/mcp"
-
-    accepted = await open_sessions(url, control_plane, namespace, pod)
-    status = status_of(control_plane, namespace, pod)
-    print(f"\nsessions accepted before the OOM kill: {accepted}; container status: {json.dumps(status)[:400]}")
-    assert oom_killed(status), status
-    terminated = status.get("lastState", {}).get("terminated") or status["state"]["terminated"]
-    assert terminated["exitCode"] == 137
-
-    # The kubelet restarts it, and it serves again through the Service.
-    wait_until(
-        lambda: (s := status_of(control_plane, namespace, pod)).get("restartCount", 0) >= 1 and bool(s.get("ready")),
-        BOUND_S,
-        "the OOM-killed gateway container restarted and Ready",
-    )
     url = control_plane.service_url(namespace, "mcpg-gateway")
+    cap = fitted_sessions()
+    assert cap < PRINCIPALS * SESSIONS_PER_PRINCIPAL  # the fitted cap, not the callers, is what stops them
+
+    answers = await open_sessions(url + "/mcp")
+    status = status_of(control_plane, namespace, pod)
+    print(f"\nanswers: {dict(answers)} (fitted cap {cap}); status: {json.dumps(status)[:300]}")
+    assert answers[200] == cap
+    # Refused: past the fitted cap with the SDK's 503; a few with a principal's own 429 (-42900), which the early
+    # principals met at 124 accepted sessions each (unexplained: see issue 36's note).
+    assert set(answers) <= {200, 503, 429}
+    assert answers[503] > 0
+    assert not oom_killed(status), status
+    assert status.get("restartCount", 0) == 0
     assert httpx2.get(f"{url}/.well-known/mcp/server-card.json", timeout=10).status_code == 200
