@@ -460,7 +460,7 @@ METHOD = """## What each scenario measures
 ```bash
 make venv binaries        # once
 apt-get install -y wrk    # optional: the ingestion scenario falls back to a Python load generator
-.venv/bin/python bench/run.py          # about 18 minutes on 2 cores; rewrites this file and bench/results.json
+.venv/bin/python bench/run.py          # about 25 minutes on 2 cores; rewrites this file and bench/results.json
 .venv/bin/python bench/run.py --smoke  # every scenario at a tiny size (what tests/integration runs)
 .venv/bin/python bench/run.py --only scaleout  # one scenario: merged into bench/results.json, this file regenerated
 ```

@@ -1,6 +1,6 @@
 """mcpg benchmarks: every figure is a ratio against a reference measured in the same run on the same machine.
 
-    python bench/run.py            # the full suite (about 18 minutes on 2 cores)
+    python bench/run.py            # the full suite (about 25 minutes on 2 cores; 5b alone about 6)
     python bench/run.py --smoke    # every scenario at a tiny size, a few minutes
     python bench/run.py --only fanout,ingest
 
