@@ -11,6 +11,9 @@ disagreed with the SDK's and let one principal open every session uncounted. Req
 
 It counts the manager's own record of who opened each session (`sdk/owners.py`: the SDK keeps it to bind a session
 to its creator), plus the opening requests still in flight, so a burst of concurrent openings cannot overshoot.
+Of the SDK's record it counts only the sessions already answered: the SDK records a session before it answers the
+request that opens it, and in between the session was counted twice, once as the SDK's and once as a request in
+flight (waves of 32 concurrent openings on a pod were refused four short of the share).
 """
 
 from __future__ import annotations
@@ -28,12 +31,17 @@ from mcpg_gateway.sdk.manager import SessionManager
 
 logger = logging.getLogger(__name__)
 
+_SESSION_HEADER = b"mcp-session-id"
+
 
 class SessionLimit:
     def __init__(self, app: ASGIApp, manager: SessionManager, limit: Callable[[], int], metrics: Metrics) -> None:
         """`limit`: the sessions a principal may hold, asked per opening request (the configuration served)."""
         self._app, self._manager, self._limit, self._metrics = app, manager, limit, metrics
         self._opening: Counter[str] = Counter()
+        # Ids of the sessions whose opening request was answered: the SDK's record of these, plus the requests in
+        # `_opening`, counts each session once. Ended sessions are dropped from it as it grows (`_forget_ended`).
+        self._answered: set[str] = set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         principal_id = _opener(scope)
@@ -61,6 +69,7 @@ class SessionLimit:
             # a while after the client has its answer, so a client opening sessions back to back was refused one
             # short of its share).
             if message["type"] == "http.response.start":
+                self._note_answered(message)
                 opened()
             await send(message)
 
@@ -71,7 +80,23 @@ class SessionLimit:
 
     def held(self, principal_id: str) -> int:
         """Sessions `principal_id` holds, counting the ones being opened now."""
-        return owners.held(self._manager, principal_id) + self._opening[principal_id]
+        return owners.held(self._manager, principal_id, among=self._answered) + self._opening[principal_id]
+
+    def _note_answered(self, start: Message) -> None:
+        """Remember the session an opening request's answer names (the SDK names none when it refuses)."""
+        if start["status"] >= 400:
+            return
+        for name, value in start["headers"]:
+            if name.lower() == _SESSION_HEADER:
+                self._forget_ended()
+                self._answered.add(value.decode("latin-1"))
+                return
+
+    def _forget_ended(self) -> None:
+        """Drop the ids of sessions that have ended, once they outnumber the open ones (the SDK tells of no end)."""
+        open_ids = owners.open_ids(self._manager)
+        if len(self._answered) > 2 * len(open_ids) + 64:
+            self._answered &= open_ids
 
     async def _refuse(self, principal_id: str, held: int, limit: int, send: Send) -> None:
         self._metrics.refusals.labels("session", str(errors.TOO_MANY_REQUESTS)).inc()

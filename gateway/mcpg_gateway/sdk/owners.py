@@ -8,19 +8,29 @@ forgets it when the session ends (DELETE, idle timeout, shutdown). It keeps that
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Container, KeysView, Mapping
 
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 
-def held(manager: StreamableHTTPSessionManager, principal_id: str) -> int:
-    """How many of `manager`'s open sessions the principal `principal_id` (its credential's client_id) opened."""
-    return sum(1 for owner in _owners(manager).values() if owner.get("client_id") == principal_id)
+def held(manager: StreamableHTTPSessionManager, principal_id: str, among: Container[str] | None = None) -> int:
+    """How many of `manager`'s open sessions the principal `principal_id` (its credential's client_id) opened;
+    with `among`, only those whose id is in it."""
+    return sum(
+        1
+        for sid, owner in _owners(manager).items()
+        if owner.get("client_id") == principal_id and (among is None or sid in among)
+    )
 
 
 def by_session(manager: StreamableHTTPSessionManager) -> dict[str, str]:
     """Each open session's id -> the client_id of the credential that opened it."""
     return {sid: str(owner.get("client_id")) for sid, owner in _owners(manager).items()}
+
+
+def open_ids(manager: StreamableHTTPSessionManager) -> KeysView[str]:
+    """The ids of `manager`'s open sessions that were opened with a credential (a live view, not a copy)."""
+    return _owners(manager).keys()
 
 
 def _owners(manager: StreamableHTTPSessionManager) -> Mapping[str, Mapping[str, object]]:

@@ -313,6 +313,21 @@ async def test_a_principal_opening_sessions_one_after_another_gets_exactly_its_s
     assert statuses == [200] * 8 + [429]
 
 
+async def test_a_principal_opening_sessions_in_concurrent_waves_gets_exactly_its_share(
+    gateway_factory: GatewayFactory, upstream: Upstream
+) -> None:
+    # On a real pod, waves of 32 concurrent openings were refused four short of the share: a session the SDK
+    # had recorded but not yet answered was counted twice, once as the SDK's and once as a request in flight.
+    gw = await gateway_factory(config(upstream, sessions_per_principal=128, sessions_total=256))
+    async with httpx2.AsyncClient(timeout=BOUND_S) as http:
+        statuses: list[int] = []
+        for _ in range(4):
+            wave = await asyncio.gather(*(open_session(http, gw.mcp_url, ALICE) for _ in range(32)))
+            statuses += [r.status_code for r in wave]
+        statuses.append((await open_session(http, gw.mcp_url, ALICE)).status_code)
+    assert statuses == [200] * 128 + [429]
+
+
 async def raw_post(port: int, headers: list[tuple[str, str]], body: bytes) -> int:
     """One POST /mcp over a plain socket, exactly these header lines (no client library tidies them); its status."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)

@@ -326,8 +326,13 @@ async def test_the_session_record_counts_a_session_opened_and_not_once_it_is_del
         assert owners.held(manager, "alice") == 0
         session = await open_session(app, ALICE)
         assert (owners.held(manager, "alice"), owners.held(manager, "bob")) == (1, 0)
+        session_id = dict(session)[_S].decode()
+        assert list(owners.open_ids(manager)) == [session_id]
+        assert owners.held(manager, "alice", among={session_id}) == 1
+        assert owners.held(manager, "alice", among=set()) == 0
         assert (await ask(app, "DELETE", session, user=ALICE)).status == 200
         await until(lambda: owners.held(manager, "alice") == 0)
+        assert list(owners.open_ids(manager)) == []
 
 
 async def test_the_session_limit_counts_a_session_opened_then_deleted(gateway_factory: GatewayFactory) -> None:
