@@ -40,6 +40,7 @@ from mcpg_gateway.fanout.fanout import Kind, Refusal, Send, Subscriber
 from mcpg_gateway.gateway import Gateway
 from mcpg_gateway.identity import Principal
 from mcpg_gateway.sdk import connection as connections
+from mcpg_gateway.sdk import responses
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ class WatchServer(Server[Any]):
 
 def build_server(gw: Gateway) -> WatchServer:
     h = _Handlers(gw)
-    return WatchServer(
+    h.server = WatchServer(
         "mcpg-gateway",
         version=importlib.metadata.version(DISTRIBUTION),  # the release's, as pyproject.toml states it
         instructions="Subscribe to a resource to be told when it changes; then read it again.",
@@ -78,11 +79,14 @@ def build_server(gw: Gateway) -> WatchServer:
         on_unsubscribe_resource=h.unsubscribe,
         on_subscriptions_listen=h.listen,
     )
+    return h.server
 
 
 class _Handlers:
     def __init__(self, gw: Gateway) -> None:
         self.gw, self.fanout = gw, gw.fanout
+        self.server: Server[Any] | None = None
+        """The server these handlers serve (set once it is built): a listen's result is shaped as it would."""
 
     async def list_resources(self, ctx: Ctx, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
         self._renew(ctx)
@@ -163,16 +167,28 @@ class _Handlers:
         sub = self._refusing("subscriptions/listen", lambda: self._open("listen", ctx, principal, rid))
         sub.list_changed = bool(params.notifications.resources_list_changed)
         meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: rid}
+        handed = False
         try:  # from here on the stream is counted: whatever fails, `close` gives its slot back
             await self._join(bindings, sub, "subscriptions/listen")
             del bindings  # the watchers hold their own: not kept for as long as the stream stays open
             self.fanout.catch_up(sub, seen)  # waits in its outbox until the acknowledgement has gone out
             await self._acknowledge(ctx, sub, wanted, meta, rid)
-            await self.fanout.carry(sub)  # until the gateway ends the stream, or the client leaves
+            # Over HTTP the stream is carried on at the seam, and this request's SDK machinery let go: the result
+            # returned below is not written; the one `_result_event` gives when the stream ends is. (It keeps the
+            # version, not `ctx`, which would keep the machinery.)
+            version = ctx.protocol_version
+            handed = self.fanout.hand_over(sub, ctx.request, lambda: self._result_event(version, rid, sub, meta))
+            if not handed:
+                await self.fanout.carry(sub)  # until the gateway ends the stream, or the client leaves
         finally:
-            self.fanout.close(sub)
-        ending = sub.ending.meta() if sub.ending is not None else {}
-        return types.SubscriptionsListenResult(_meta={**meta, **ending})
+            if not handed:
+                self.fanout.close(sub)
+        return _result(sub, meta)
+
+    def _result_event(self, version: str, rid: types.RequestId, sub: Subscriber, meta: dict[str, Any]) -> bytes:
+        """The event that ends a listen stream carried past the SDK: its result, as the SDK would have written it."""
+        assert self.server is not None, "set by build_server"
+        return responses.result_event(self.server, version, "subscriptions/listen", rid, _result(sub, meta))
 
     def _open(self, kind: Kind, ctx: Ctx, principal: Principal, rid: types.RequestId | None) -> Subscriber:
         """A subscriber written to over its HTTP stream if it has one, else by the SDK's session (`_sender`)."""
@@ -276,6 +292,12 @@ class _Handlers:
         # The SDK unwinds this stack when the session ends: DELETE, idle timeout, crash or shutdown.
         conn.exit_stack.push_async_callback(self.fanout.hang_up, sub)
         return sub
+
+
+def _result(sub: Subscriber, meta: dict[str, Any]) -> types.SubscriptionsListenResult:
+    """A listen's result: its `subscriptionId`, and why the gateway ended it if it did (`endings.py`)."""
+    ending = sub.ending.meta() if sub.ending is not None else {}
+    return types.SubscriptionsListenResult(_meta={**meta, **ending})
 
 
 def _sender(session: Any, related_request_id: types.RequestId | None) -> Send:

@@ -107,6 +107,29 @@ class Fanout:
         await sub.outbox.wait_closed()
         await writer.flush()
 
+    def hand_over(self, sub: Subscriber, request: Any, result: Callable[[], bytes]) -> bool:
+        """Carry an acknowledged listen stream on at the HTTP seam once the SDK has answered its `request`
+        (`Stream.carry_on`): as `carry`, then closed, then ended with the event `result` gives. False off HTTP,
+        where the caller carries it itself."""
+        stream = streams.of_request(request)
+        if stream is None:
+            return False
+
+        async def body() -> bytes:
+            try:
+                await self.carry(sub)
+            finally:
+                self.close(sub)
+            return result()
+
+        stream.carry_on(body, lambda: self.close(sub))
+        # Written to from the moment the acknowledgement is out, as when the handler carried it: not only once the
+        # SDK's app has returned (fires meanwhile would wait in the outbox, coalesced).
+        writer = sub.delivery
+        assert writer is not None, "every subscriber opened here has a writer"
+        stream.when_flushed(writer.ready)
+        return True
+
     def close(self, sub: Subscriber) -> None:
         """Implicit unsubscribe from everything, and its writer stopped; safe to call twice."""
         self._subscribers.close(sub)

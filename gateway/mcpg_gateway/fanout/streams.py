@@ -11,13 +11,19 @@ id, for as long as it is open.
 A frame is written whole or not at all (each `send` is one HTTP chunk), so frames written here and messages
 the SDK writes on the same stream never interleave within a frame. A write comes after the response has
 started (and, for a listen stream, after its acknowledgement went out), and none after its end.
+
+A listen stream, once acknowledged, is carried on past the SDK (`Stream.carry_on`): the SDK answers its request
+at once, that answer is not written, and the SDK's per-request machinery (its task group and tasks, memory
+streams, cancel scopes, span and parsed models, about two thirds of what an open listen stream held) is let go.
+From then on the stream is this module's: it pings the stream as the SDK did, notices the client leave, and
+writes the stream's last event, the listen's result in the SDK's bytes (`sdk/responses.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -29,12 +35,19 @@ logger = logging.getLogger(__name__)
 
 SCOPE_KEY = "mcpg.stream"
 EVENT_STREAM = b"text/event-stream"
+PING = b": ping\r\n\r\n"
+"""An SSE comment, as the SDK keeps a quiet stream alive so a proxy's idle-read timeout does not close it."""
+PING_INTERVAL_S = 15.0
+"""As often as the SDK pings a stream it carries."""
+
+Body = Callable[[], Awaitable[bytes]]
+"""What carries a stream on past the SDK: writes to it until it should end, then gives its last event."""
 
 
 class Stream:
     """One /mcp response: the `send` it goes out through, and whether notifications may be written to it now."""
 
-    __slots__ = ("_flushed_waiter", "_on_started", "_send", "ended", "flushed", "started")
+    __slots__ = ("_carried", "_flushed_waiter", "_on_started", "_ping", "_send", "ended", "flushed", "started")
 
     def __init__(self, send: Send, on_started: Callable[[Stream], None] | None = None) -> None:
         """`on_started`: told once the SDK has started the response as an SSE stream (a session's GET stream)."""
@@ -46,14 +59,56 @@ class Stream:
         self.ended = False
         """The response is complete, or its request is over: nothing more may be written."""
         self._flushed_waiter: asyncio.Future[None] | None = None
+        self._carried: tuple[Body, Callable[[], None]] | None = None
+        self._ping: asyncio.TimerHandle | None = None
 
     async def send(self, message: Message) -> None:
         """The `send` the SDK's app is given: passes each message on, and notes what it changed. (A bound method
         rather than a closure: one per open stream, so its size counts at 10,000 sessions.)"""
         if message["type"] == "http.response.body" and not message.get("more_body", False):
+            if self._carried is not None:
+                return  # the SDK's answer to a stream carried on past it: `_carry_on` writes the stream's end
             self.ended = True  # its last chunk: no frame may follow it
         await self._send(message)
         self._observe(message)
+
+    def when_flushed(self, then: Callable[[], None]) -> None:
+        """Call `then` once the first body chunk has gone out (or the stream ended first), at once if it has."""
+        if self.flushed or self.ended:
+            then()
+            return
+        if self._flushed_waiter is None:
+            self._flushed_waiter = asyncio.get_running_loop().create_future()
+        self._flushed_waiter.add_done_callback(lambda _: then())
+
+    def carry_on(self, body: Body, on_leave: Callable[[], None]) -> None:
+        """Once the SDK's app returns, carry this stream on with `body` instead of ending it with the SDK's answer
+        (which is not written). `on_leave` is told if the client goes away meanwhile; `body` should then end."""
+        self._carried = (body, on_leave)
+
+    async def _carry_on(self, receive: Receive) -> None:
+        """Run the stream's `body`, pinging it and watching for the client to leave, then write its last event."""
+        assert self._carried is not None
+        body, on_leave = self._carried
+        leaving = asyncio.get_running_loop().create_task(_until_disconnect(receive, on_leave))
+        self._schedule_ping()
+        try:
+            last = await body()
+        finally:
+            leaving.cancel()
+            if self._ping is not None:
+                self._ping.cancel()
+        if not self.ended:
+            self.ended = True
+            await self._send({"type": "http.response.body", "body": last, "more_body": False})
+
+    def _schedule_ping(self) -> None:
+        self._ping = asyncio.get_running_loop().call_later(PING_INTERVAL_S, self._ping_now)
+
+    def _ping_now(self) -> None:
+        if self.writable:
+            self.write(PING)
+            self._schedule_ping()
 
     @property
     def writable(self) -> bool:
@@ -125,12 +180,21 @@ class Streams:
                 scope[SCOPE_KEY] = stream
             try:
                 await app(scope, receive, stream.send)
+                if stream._carried is not None:
+                    await stream._carry_on(receive)
             finally:
                 stream._end()
                 if session_id is not None and self._by_session.get(session_id) is stream:
                     del self._by_session[session_id]
 
         return captured
+
+
+async def _until_disconnect(receive: Receive, on_leave: Callable[[], None]) -> None:
+    """Wait for the client to go away (the request's body was read whole by the SDK), then say so."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    on_leave()
 
 
 def of_request(request: Any) -> Stream | None:

@@ -46,3 +46,6 @@ async def test_a_listen_stream_ended_by_a_stopping_gateway_carries_the_end_reaso
             result = await listen
     assert result.meta is not None
     assert result.meta["dev.mcpg/watch-end"] == {"reason": "shutdown", "detail": endings.ADVICE["shutdown"]}
+    # Written past the SDK (the stream was carried on at the seam), yet shaped as the SDK shapes every result.
+    assert result.meta["io.modelcontextprotocol/serverInfo"]["name"] == "mcpg-gateway"
+    assert result.result_type == "complete"

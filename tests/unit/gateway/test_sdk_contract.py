@@ -45,7 +45,7 @@ from mcpg_gateway.fanout.states import STATE_META_KEY
 from mcpg_gateway.identity import Principal
 from mcpg_gateway.sdk import connection as connections
 from mcpg_gateway.sdk import manager as managers
-from mcpg_gateway.sdk import owners, requests, sessions
+from mcpg_gateway.sdk import owners, requests, responses, sessions
 from mcpg_gateway.sdk.auth import AuthenticatedUser
 from mcpg_gateway.sdk.protocol import SUBSCRIPTION_ID_META_KEY
 from mcpg_testing import BOUND_S
@@ -248,6 +248,44 @@ async def open_session(app: ASGIApp, user: object = None) -> list[tuple[bytes, b
         await ask(app, "POST", [*_ACCEPT, *session], _message_body("notifications/initialized"), user)
     ).status == 202
     return session
+
+
+# --- a listen's result, written past the SDK (`sdk/responses.py`) ------------------------------------------------
+
+
+def _modern_listen(request_id: int | str) -> bytes:
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+    }
+    params = {"notifications": {"resourceSubscriptions": ["a://1"]}, "_meta": meta}
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "subscriptions/listen", "params": params}).encode()
+
+
+@pytest.mark.parametrize("request_id", [7, "listen-é"])
+async def test_a_listen_s_result_event_is_byte_for_byte_the_one_the_sdk_ends_its_stream_with(
+    request_id: int | str,
+) -> None:
+    ended = {"reason": "shutdown", "detail": "the gateway is stopping"}
+    result = types.SubscriptionsListenResult(_meta={SUBSCRIPTION_ID_META_KEY: request_id, "dev.mcpg/watch-end": ended})
+
+    async def listen(ctx: ServerRequestContext[Any, Any], params: types.SubscriptionsListenRequestParams) -> Any:
+        # An acknowledgement first, as the gateway sends one, so the SDK answers with an SSE stream.
+        note = types.SubscriptionsAcknowledgedNotification(
+            params=types.SubscriptionsAcknowledgedNotificationParams(notifications=params.notifications)
+        )
+        await ctx.session.send_notification(note, related_request_id=ctx.request_id)
+        return result
+
+    headers = [*_ACCEPT, (_V, b"2026-07-28"), (b"mcp-method", b"subscriptions/listen")]
+    server = Server("contract", version="1.2.3", on_subscriptions_listen=listen)
+    async with served(server) as (_, app):
+        answer = await ask(app, "POST", headers, _modern_listen(request_id), ALICE)
+    assert answer.status == 200
+    ours = responses.result_event(server, "2026-07-28", "subscriptions/listen", request_id, result)
+    assert b"io.modelcontextprotocol/serverInfo" in ours
+    assert answer.body.endswith(b"\r\n\r\n" + ours)
 
 
 # --- a session's scratch and its end (`sdk/connection.py`) ------------------------------------------------------
