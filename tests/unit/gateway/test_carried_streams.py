@@ -13,8 +13,7 @@ import json
 import pytest
 
 from mcpg_gateway.fanout import streams
-from mcpg_testing import BOUND_S
-from mcpg_testing import stuck
+from mcpg_testing import BOUND_S, stuck
 from mcpg_testing.configs import gateway_config, watched
 from mcpg_testing.gateways import GatewayFactory, RunningGateway
 from mcpg_testing.watching import until
@@ -57,7 +56,8 @@ async def test_an_open_listen_stream_holds_two_tasks_and_nothing_of_the_sdk_s(gw
 
 
 def source(task: asyncio.Task[object]) -> str:
-    return task.get_coro().cr_code.co_filename  # type: ignore[union-attr]
+    code = getattr(task.get_coro(), "cr_code", None)
+    return code.co_filename if code is not None else ""
 
 
 def per_stream(tasks: set[asyncio.Task[object]]) -> list[asyncio.Task[object]]:
