@@ -22,7 +22,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mcpg_gateway import card, identity, mcp_requests, origins, sessions, webhook_route
 from mcpg_gateway.gateway import Gateway
@@ -60,8 +60,22 @@ def build(gw: Gateway, manager: managers.SessionManager) -> ASGIApp:
 
     server = lambda: gw.config.gateway.server  # noqa: E731
     counters = webhook_route.Counters(gw.metrics.webhook_requests, gw.metrics.webhook_signatures)
-    app = Starlette(routes=routes)
+    app = _mcp_first(mcp_endpoint, Starlette(routes=routes))
     return webhook_route.WebhookRoute(gw.webhooks, fire, server, counters, app, gw.deliveries)
+
+
+def _mcp_first(mcp_endpoint: ASGIApp, app: ASGIApp) -> ASGIApp:
+    """/mcp straight to its endpoint, everything else through `app`: Starlette's middleware and router frames
+    stay on a request's stack for as long as it runs, and an SSE stream runs as long as it is open (about 2 KB
+    per stream). `app` routes /mcp the same way, for anything that reaches it there."""
+
+    async def routed(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] == "/mcp":
+            await mcp_endpoint(scope, receive, send)
+        else:
+            await app(scope, receive, send)
+
+    return routed
 
 
 async def _healthz(request: Request) -> Response:
