@@ -1,5 +1,5 @@
-"""Scenarios 1, 4 and 4b: webhook -> notification latency at 1/100/1,000 sessions; RSS with 10,000 subscriptions;
-RSS with 10,000 sessions of 10 subscriptions each.
+"""Scenarios 1, 4, 4c and 4b: webhook -> notification latency at 1/100/1,000 sessions; RSS with 10,000
+subscriptions; RSS per session of each era alone; RSS with 10,000 sessions of 10 subscriptions each.
 
 Each runs the same subscriber processes (bench/subscribers.py; half legacy, half listen) against three servers, one
 at a time: the gateway, a bare MCP SDK server (bench/refserver.py) and the wire's floor, a minimal server writing
@@ -39,7 +39,9 @@ P99_BAR = 2.0
 """The gateway's p99 over the wire server's, at 100 and 1,000 sessions."""
 CPU_BAR = 3.0
 """The gateway's server CPU per fire over the wire server's, at 1,000 sessions."""
-CAPACITY_BAR_MB = 1024
+CAPACITY_BAR_MB = 400
+PER_ERA_BAR = 2.0
+ERAS = ("legacy", "listen")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -54,9 +56,13 @@ def start_clients(
     per_session: int = 1,
     procs_n: int = CLIENT_PROCS,
     pattern: str = "bench://doc/{n}",
+    eras: tuple[str, ...] = ERAS,
 ) -> list[procs.Proc]:
-    """`sessions` sessions over up to `procs_n` processes, half legacy and half listen (legacy first if odd)."""
+    """`sessions` sessions over up to `procs_n` processes, half legacy and half listen (legacy first if odd); of
+    one era only if `eras` names one."""
     legacy, listen = (sessions + 1) // 2, sessions // 2
+    if eras != ERAS:
+        legacy, listen = (sessions, 0) if eras == ("legacy",) else (0, sessions)
     plan: list[tuple[str, int, int]] = []  # mode, sessions, offset
     offset = 0
     for mode, count in (("legacy", legacy), ("listen", listen)):
@@ -181,13 +187,15 @@ def run_latency(workdir: Path, sizes: list[int], posts: int, budget_s: float) ->
     return {"sizes": rows, "bar": bar, "met": all(r["met"] for r in rows.values())}
 
 
-def rss_case(kind: str, workdir: Path, sessions: int, per_session: int, pool: int) -> dict[str, Any]:
-    """Idle and loaded RSS of one server holding `sessions` x `per_session` subscriptions."""
+def rss_case(
+    kind: str, workdir: Path, sessions: int, per_session: int, pool: int, eras: tuple[str, ...] = ERAS
+) -> dict[str, Any]:
+    """Idle and loaded RSS of one server holding `sessions` x `per_session` subscriptions (sessions of `eras`)."""
     server, target = start_target(kind, workdir, pool)
     try:
         time.sleep(0.5)
         idle = procs.rss_mb(target.pid)
-        clients = start_clients(target, sessions, pool=pool, per_session=per_session)
+        clients = start_clients(target, sessions, pool=pool, per_session=per_session, eras=eras)
         with procs.started(*clients):
             time.sleep(1.0)
             loaded = procs.rss_mb(target.pid)
@@ -214,8 +222,27 @@ def run_memory(
     return out
 
 
+def run_per_era(workdir: Path, sessions: int, per_session: int, pool: int) -> dict[str, Any]:
+    """Scenario 4c: what one session of each era costs, `sessions` of that era alone x `per_session`
+    subscriptions, against the wire server holding the same sessions: a handshake-era session (with its GET
+    stream) and a listen stream each at most `PER_ERA_BAR`x the wire's per-session figure."""
+    out: dict[str, Any] = {"sessions": sessions, "subscriptions": sessions * per_session, "uris": pool}
+    for era in ERAS:
+        row: dict[str, Any] = {
+            kind: rss_case(kind, workdir, sessions, per_session, pool, eras=(era,)) for kind in ("wire", "gateway")
+        }
+        wire_kb, gw_kb = row["wire"]["kb_per_session"], row["gateway"]["kb_per_session"]
+        row["ratio"] = round(gw_kb / wire_kb, 2) if wire_kb > 0 else None
+        out[era] = row
+    ratios = [out[era]["ratio"] for era in ERAS]
+    out["bar"] = f"each era <= {PER_ERA_BAR}x the wire's KB per session"
+    out["met"] = all(r is not None and r <= PER_ERA_BAR for r in ratios)
+    return out
+
+
 def run_capacity(workdir: Path, sessions: int, per_session: int, pool: int) -> dict[str, Any]:
-    """Scenario 4b: one gateway holding `sessions` sessions of `per_session` subscriptions each, under 1 GB RSS.
+    """Scenario 4b: one gateway holding `sessions` sessions of `per_session` subscriptions each, under
+    `CAPACITY_BAR_MB` of RSS.
     Against the wire server only: the SDK server of scenario 1 did not get 10,000 sessions subscribed within
     500 s on the 2-core machine it was first run on (its RSS passed 1.2 GB on the way)."""
     out = run_memory(workdir, sessions, per_session, pool, kinds=("wire", "gateway"))

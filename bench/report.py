@@ -61,6 +61,8 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
         )
     if "memory" in results:
         out.append(_memory_row("4. RSS", results["memory"]))
+    if "eras" in results:
+        out.extend(_era_rows(results["eras"]))
     if "capacity" in results:
         out.append(_memory_row("4b. capacity: RSS", results["capacity"]))
     if "convergence" in results:
@@ -204,6 +206,25 @@ def _memory_row(label: str, r: dict[str, Any]) -> tuple[str, str, str, str, str,
         r["bar"].removeprefix("gateway RSS "),
         _met(r["met"]),
     )
+
+
+def _era_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
+    names = {"legacy": "handshake-era sessions (each with its GET stream)", "listen": "listen streams"}
+    rows = []
+    for era, name in names.items():
+        row = r[era]
+        g, wire = row["gateway"], row["wire"]
+        rows.append(
+            (
+                f"4c. RSS per session, {r['sessions']} {name} alone, {r['subscriptions']} subscriptions",
+                f"{g['kb_per_session']} KB/session ({g['rss_mb']} MB, idle {g['idle_rss_mb']} MB)",
+                f"wire {wire['kb_per_session']} KB/session ({wire['rss_mb']} MB)",
+                f"{row['ratio']}x wire",
+                r["bar"],
+                _met(row["ratio"] is not None and row["ratio"] <= 2.0),
+            )
+        )
+    return rows
 
 
 def _scaleout_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
@@ -377,8 +398,11 @@ METHOD = """## What each scenario measures
    500 listen) x 10 URIs each, over 1,000 webhook resources (no upstream reads). References: the SDK server
    and the wire server of scenario 1 holding the same sessions and subscriptions. KB/session is (loaded RSS -
    idle RSS) / sessions.
+   **4c. Per era**: the same 1,000 sessions x 10 URIs, all of one era, then all of the other, against the wire
+   server holding the same sessions: what one handshake-era session (initialized, with its GET stream open) and
+   one listen stream cost, each at most 2x the wire's KB/session.
    **4b. Capacity**: the same, at 10,000 sessions (5,000 legacy, 5,000 listen) x 10 URIs: 100,000
-   subscriptions in one gateway process, under 1 GB RSS. Reference: the wire server only (the SDK server did
+   subscriptions in one gateway process, under 400 MB RSS. Reference: the wire server only (the SDK server did
    not get 10,000 sessions subscribed within 500 s here; its RSS passed 1.2 GB on the way).
 5. **Operator convergence**: the local control plane (`mcpg_testing.controlplane`), the operator as a process under
    the chart's RBAC (as in tests/e2e), rendering one gateway replica per namespace with the image

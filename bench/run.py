@@ -100,7 +100,7 @@ SMOKE = {
     "scaleout_lease_ttl_s": 1.0,
     "scaleout_takeovers": 1,
 }
-SCENARIOS = ("fanout", "ingest", "signed", "polling", "memory", "capacity", "operator", "scale", "scaleout")
+SCENARIOS = ("fanout", "ingest", "signed", "polling", "memory", "eras", "capacity", "operator", "scale", "scaleout")
 
 
 def run(only: list[str], p: dict[str, Any], smoke: bool, workdir: Path) -> dict[str, Any]:
@@ -130,6 +130,9 @@ def run(only: list[str], p: dict[str, Any], smoke: bool, workdir: Path) -> dict[
     if "memory" in only:
         args2 = (workdir, p["mem_sessions"], p["mem_per_session"], p["mem_pool"])
         timed("memory", lambda: fanout.run_memory(*args2))
+    if "eras" in only:
+        args4 = (workdir, p["mem_sessions"], p["mem_per_session"], p["mem_pool"])
+        timed("eras", lambda: fanout.run_per_era(*args4))
     if "capacity" in only:
         args3 = (workdir, p["capacity_sessions"], p["capacity_per_session"], p["capacity_pool"])
         timed("capacity", lambda: fanout.run_capacity(*args3))

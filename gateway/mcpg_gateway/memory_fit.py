@@ -18,12 +18,13 @@ from mcpg_gateway.contract import config
 
 logger = logging.getLogger(__name__)
 
-SESSION_BYTES = 88_900
-"""One handshake-era session with its 10 subscriptions: docs/benchmarks.md scenario 4b (972.4 MB RSS for 10,000
-sessions and 100,000 subscriptions, 88.9 KB a session over the idle process)."""
-LISTEN_STREAM_BYTES = 60_000
-"""One open `subscriptions/listen` stream: the figure measured for issue 36 (~60 KB: the SDK keeps its request, its
-body of up to 61,856 bytes by default, and a task; the gateway its subscriber and writer)."""
+SESSION_BYTES = 135_000
+"""One handshake-era session with its GET stream open and 10 subscriptions: docs/benchmarks.md scenario 4c (1,000
+such sessions alone, SDK clients, 134.9 KB a session over the idle process). Scenario 4b's 88.9 KB was the
+average over both eras, which understated a session by half."""
+LISTEN_STREAM_BYTES = 31_000
+"""One open `subscriptions/listen` stream with 10 URIs: scenario 4c (1,000 listen streams alone, 30.8 KB a stream
+over the idle process, since the gateway carries an acknowledged stream on past the SDK; 60 KB before)."""
 WATCH_BYTES = 32_000
 """One watched URI (its watcher, task, state and the subscriber's link to it): measured for issue 36 at 15.6 KB of
 RSS a webhook watch and 20.5 KB a poll watch (2,000 and 1,000 URIs subscribed in one process, tracemalloc on),

@@ -39,6 +39,9 @@ def test_bench_smoke_mode_yields_every_figure_and_its_reference(tmp_path: Path) 
     assert results["memory"]["gateway"]["rss_mb"] > 0
     assert results["memory"]["reference"]["rss_mb"] > 0
     assert results["memory"]["wire"]["rss_mb"] > 0
+    for era in ("legacy", "listen"):
+        assert results["eras"][era]["gateway"]["rss_mb"] > 0
+        assert results["eras"][era]["wire"]["rss_mb"] > 0
     assert results["capacity"]["gateway"]["rss_mb"] > 0
     assert results["capacity"]["wire"]["rss_mb"] > 0
     assert results["capacity"]["sessions"] == 8

@@ -41,14 +41,14 @@ MIB = 1024 * 1024
 LIMIT = 256 * MIB
 ATTEMPTS = 10_000
 IN_FLIGHT = 50
-PRINCIPALS = 5
+PRINCIPALS = 3
 HOOK = "memory-hook"
-URIS = 50
+URIS = 30
 """Watched URIs, 10 for each principal: a watch is a principal's distinct URI, and the fitted `watches_total`
-(53 at 256 MiB) holds these 50."""
+(36 at 256 MiB) holds these 30."""
 PER_SESSION = 10
 """Subscriptions each admitted session makes (the `watches_per_principal` default): every session is as heavy as
-the per-session cost the caps are fitted with (benchmark 4b: a GET stream and 10 subscriptions)."""
+the per-session cost the caps are fitted with (benchmark 4c: a GET stream and 10 subscriptions)."""
 V1_MOUNT = Path("/sys/fs/cgroup/memory")
 FLOOD_S = 300.0
 """Bound on the 10,000 requests (about 8 s here)."""
