@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-
-import nats.js.errors
-from nats.js import JetStreamContext
-from nats.js.kv import KeyValue
+from typing import TYPE_CHECKING
 
 from mcpg_gateway.contract import config, signing
+
+if TYPE_CHECKING:  # nats is imported once a bus is in use, not by every gateway
+    from nats.js import JetStreamContext
+    from nats.js.kv import KeyValue
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +65,8 @@ async def open_buckets(js: JetStreamContext, cfg: config.BusConfig) -> Buckets:
 
 
 async def _bucket(js: JetStreamContext, name: str, ttl_s: float | None, max_bytes: int | None = None) -> KeyValue:
+    import nats.js.errors  # here, not at the top: only a gateway on a bus gets this far
+
     try:
         return await js.create_key_value(bucket=name, ttl=ttl_s, history=1, max_bytes=max_bytes)
     except nats.js.errors.APIError:

@@ -21,6 +21,7 @@ bound and never raises (`entry_json`, `fire_uri`). Every await into nats-py may 
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import itertools
 import json
@@ -30,18 +31,19 @@ import socket
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-import nats.errors
-from nats.aio.client import Client as NatsClient
-from nats.aio.msg import Msg
-from nats.js import JetStreamContext
 from prometheus_client import CollectorRegistry
 
 from mcpg_gateway import backoff, buckets, cancellation, liveness, metrics, peers, redaction
 from mcpg_gateway.contract import config
 from mcpg_gateway.errors import BusUnavailableError
+
+if TYPE_CHECKING:  # nats is imported when a bus is configured and connects, not by every gateway (1.7 MB)
+    from nats.aio.client import Client as NatsClient
+    from nats.aio.msg import Msg
+    from nats.js import JetStreamContext
 
 logger = logging.getLogger(__name__)
 
@@ -63,8 +65,20 @@ MAX_FIRE_BYTES = 32 * 1024
 CLOSE_TIMEOUT_S = 2.0
 """How long closing waits for the bus's tasks (cancelled), and then for the connection to close."""
 
-ERRORS = (nats.errors.Error, OSError, TimeoutError)
-"""What a NATS or JetStream call raises when the server or the network fails (nats.js errors included)."""
+
+def errors(*more: type[BaseException]) -> tuple[type[BaseException], ...]:
+    """What a NATS or JetStream call raises when the server or the network fails (nats.js errors included), and
+    `more`. A function, so that nats is imported by the first gateway to use a bus: an `except` clause evaluates
+    it only when an exception reaches it."""
+    return (*_nats_errors(), *more)
+
+
+@functools.cache
+def _nats_errors() -> tuple[type[BaseException], ...]:
+    import nats.errors
+
+    return (nats.errors.Error, OSError, TimeoutError)
+
 
 Receiver = Callable[[str], Awaitable[None]]
 """Tell this process's subscribers of a URI another process published a fire for."""
@@ -217,7 +231,7 @@ class Bus:
     async def _close(self, nc: NatsClient) -> None:
         try:
             await nc.close()
-        except ERRORS as e:
+        except errors() as e:
             logger.debug("closing the bus connection: %s", self._describe(e))
 
     async def publish(self, uri: str, strategy: str) -> None:
@@ -238,7 +252,7 @@ class Bus:
                 raise BusUnavailableError("the gateway cannot reach its bus")
             try:
                 confirmed = await self._confirmed(nc, subject, payload, deadline)
-            except ERRORS as e:
+            except errors() as e:
                 self.metrics.fires_published.labels("failed").inc()
                 logger.warning("publishing a fire on the bus at %s failed: %s", self.where, self._describe(e))
                 raise BusUnavailableError("the gateway could not publish on its bus") from None
@@ -287,7 +301,7 @@ class Bus:
             return
         try:
             await nc.publish(self._sources_subject, report)
-        except ERRORS as e:
+        except errors() as e:
             logger.debug("publishing the sources report on the bus at %s: %s", self.where, self._describe(e))
         cancellation.reraise()  # nats-py's flush of a full buffer drops a cancel: the reporter must still stop
 
@@ -305,6 +319,8 @@ class Bus:
     # --- the connection ------------------------------------------------------------------------------------
 
     async def _connect(self) -> None:
+        from nats.aio.client import Client as NatsClient
+
         nc = NatsClient()
         self._nc = nc
         # With endless reconnects nats-py's connect returns only once connected; it never gives up.
@@ -314,7 +330,7 @@ class Bus:
         await nc.subscribe(self._sources_subject, cb=self._on_sources)
         try:
             await nc.flush(timeout=CONNECT_TIMEOUT_S)
-        except ERRORS as e:  # the connection dropped at once; the reconnect callback takes over
+        except errors() as e:  # the connection dropped at once; the reconnect callback takes over
             logger.debug("confirming the fire subscription: %s", self._describe(e))
             return
         finally:
@@ -370,6 +386,8 @@ class Bus:
 
     async def _on_error(self, error: Exception) -> None:
         # The loss itself is logged once by `_on_disconnected`; the end of the stream it reports first is not news.
+        import nats.errors
+
         expected = isinstance(error, nats.errors.StaleConnectionError)
         level = logging.DEBUG if self._quiet or self._closed or expected else logging.WARNING
         logger.log(level, "bus at %s: %s", self.where, self._describe(error))
@@ -396,6 +414,8 @@ class Bus:
     # --- the key-value buckets ---------------------------------------------------------------------------
 
     async def _open_buckets(self) -> None:
+        import nats.errors
+
         for attempt in itertools.count():
             js = self.jetstream()
             try:
@@ -403,7 +423,7 @@ class Bus:
                     raise nats.errors.ConnectionClosedError
                 async with cancellation.guarded(None):  # each request is bounded by JetStream's timeout
                     self.buckets = await buckets.open_buckets(js, self.cfg)
-            except ERRORS as e:
+            except errors() as e:
                 self.buckets_error = f"{buckets.unavailable(self.cfg)} (bus at {self.where}: {self._describe(e)})"
                 logger.log(logging.ERROR if attempt == 0 else logging.DEBUG, "%s", self.buckets_error)  # once, clearly
                 await self._notify()

@@ -38,14 +38,14 @@ import logging
 import time
 from collections.abc import Callable, Collection, Coroutine
 from dataclasses import dataclass
-from typing import Any, Literal
-
-import nats.js.errors
-from nats.js.kv import KeyValue
+from typing import TYPE_CHECKING, Any, Literal
 
 from mcpg_gateway import bus, cancellation, rendezvous
 from mcpg_gateway.errors import BusUnavailableError
 from mcpg_gateway.strategies import base
+
+if TYPE_CHECKING:  # nats is imported once a bus is in use, not by every gateway
+    from nats.js.kv import KeyValue
 
 logger = logging.getLogger(__name__)
 
@@ -236,6 +236,8 @@ class Owners:
     ) -> Lease | None:
         """One attempt: say this gateway wants the URI; read the lease; if it is free and this gateway should take
         it (`rendezvous.Placement.take_free`), create it (put-if-absent)."""
+        import nats.js.errors  # here, not at the top: only a gateway on a bus gets this far
+
         buckets = self._bus.buckets
         if buckets is None or not self._bus.connected:
             return None
@@ -245,7 +247,7 @@ class Owners:
                 entry = await buckets.owners.get(watch.key)
         except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
             pass  # free: released, expired or never held
-        except bus.ERRORS:  # the bus failed: try again in a while
+        except bus.errors():  # the bus failed: try again in a while
             return None
         else:
             self._contended(watch, contention, placement, lease_holder(entry.value))
@@ -264,7 +266,7 @@ class Owners:
         try:
             async with asyncio.timeout(bus.KV_TIMEOUT_S):
                 revision = await owners.create(watch.key, self._lease_value)
-        except bus.ERRORS:  # taken meanwhile (the next attempt reads by whom), or the bus failed
+        except bus.errors():  # taken meanwhile (the next attempt reads by whom), or the bus failed
             cancellation.reraise()  # each await into nats-py may have swallowed the stop (`cancellation.py`)
             return None
         self._event("acquired", watch)
@@ -324,6 +326,8 @@ class Owners:
     async def _keep(self, watch: _Watch, lease: Lease, placement: rendezvous.Placement, reading: asyncio.Lock) -> None:
         """Renew until the lease is lost, this owner must fence itself, or (at a renewal) a live gateway that
         outranks it wants the URI; then return."""
+        import nats.js.errors  # here, not at the top: only a gateway on a bus gets this far
+
         while True:
             await asyncio.sleep(lease.wait_s(time.monotonic()))
             now = time.monotonic()
@@ -341,7 +345,7 @@ class Owners:
             except nats.js.errors.KeyWrongLastSequenceError:
                 self._end(watch, lease, "lost")
                 return
-            except bus.ERRORS as e:
+            except bus.errors() as e:
                 logger.debug("renewing the lease of %s failed: %s", watch.uri, type(e).__name__)
                 continue
             if await self._handing_over(watch, lease, placement, reading):
@@ -388,7 +392,7 @@ class Owners:
         try:
             async with asyncio.timeout(RELEASE_TIMEOUT_S):
                 await buckets.owners.delete(watch.key, last=lease.revision)
-        except bus.ERRORS as e:  # expired or taken meanwhile, or the bus is down: the TTL frees it
+        except bus.errors() as e:  # expired or taken meanwhile, or the bus is down: the TTL frees it
             logger.debug("releasing the lease of %s failed: %s", watch.uri, type(e).__name__)
             return
         self._event("handed_over" if lease.ended == "handed_over" else "released", watch)
@@ -435,6 +439,8 @@ class Owners:
 
     async def _resumed(self, watch: _Watch) -> bool:
         """Resume from the stored state; False if there is none this watch can use."""
+        import nats.js.errors  # here, not at the top: only a gateway on a bus gets this far
+
         while True:
             buckets = self._bus.buckets
             try:
@@ -444,7 +450,7 @@ class Owners:
                     entry = await buckets.state.get(watch.key)
             except nats.js.errors.KeyNotFoundError:
                 return False
-            except (*bus.ERRORS, BusUnavailableError):  # the lease fences this owner if it lasts
+            except bus.errors(BusUnavailableError):  # the lease fences this owner if it lasts
                 await asyncio.sleep(self._ttl_s() / 12)
                 continue
             return self._resume(watch, entry.value)
@@ -485,7 +491,7 @@ class Owners:
                 await buckets.state.put(watch.key, value)
         except (TypeError, ValueError) as e:
             logger.warning("the state of %s cannot be stored (%s)", watch.uri, e)
-        except (*bus.ERRORS, BusUnavailableError) as e:
+        except bus.errors(BusUnavailableError) as e:
             logger.warning("storing the state of %s failed (%s); the next owner may tell it once more", watch.uri, e)
 
 

@@ -25,11 +25,12 @@ import json
 import logging
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
-
-import nats.js.errors
-from nats.js.kv import KeyValue
+from typing import TYPE_CHECKING
 
 from mcpg_gateway import bus, cancellation
+
+if TYPE_CHECKING:  # nats is imported once a bus is in use, not by every gateway
+    from nats.js.kv import KeyValue
 
 logger = logging.getLogger(__name__)
 
@@ -159,7 +160,7 @@ async def declare(owners: KeyValue, placement: Placement, now: float) -> None:
     try:
         async with cancellation.guarded(bus.KV_TIMEOUT_S):
             await owners.put(interest_key(placement.key, placement.me), interest_value(placement.me))
-    except bus.ERRORS as e:
+    except bus.errors() as e:
         logger.debug("declaring interest in %s failed: %s", placement.key, type(e).__name__)
         return
     placement.declared_at = now
@@ -171,7 +172,7 @@ async def withdraw(owners: KeyValue, placement: Placement, timeout_s: float) -> 
     try:
         async with asyncio.timeout(timeout_s):
             await owners.delete(interest_key(placement.key, placement.me))
-    except bus.ERRORS as e:
+    except bus.errors() as e:
         logger.debug("withdrawing interest in %s failed: %s", placement.key, type(e).__name__)
         return
     placement.declared_at = None
@@ -180,13 +181,15 @@ async def withdraw(owners: KeyValue, placement: Placement, timeout_s: float) -> 
 async def first_interested(owners: KeyValue, key: str, candidates: list[str]) -> str | None:
     """The first of `candidates` whose interest entry is there, or None (also when the bus fails: nothing moves on
     a bus that cannot be read). The caller bounds the time."""
+    import nats.js.errors  # here, not at the top: only a gateway on a bus gets this far
+
     for name in candidates:
         try:
             entry = await owners.get(interest_key(key, name))
         except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
             cancellation.reraise()
             continue
-        except bus.ERRORS:
+        except bus.errors():
             cancellation.reraise()
             return None
         if interest_of(entry.value, name):

@@ -18,13 +18,14 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-
-import nats.js.errors
-from nats.js.kv import KeyValue
+from typing import TYPE_CHECKING
 
 from mcpg_gateway import bus as bus_module
 from mcpg_gateway import cancellation
 from mcpg_gateway.errors import BusUnavailableError
+
+if TYPE_CHECKING:  # nats is imported once a bus is in use, not by every gateway
+    from nats.js.kv import KeyValue
 
 logger = logging.getLogger(__name__)
 
@@ -70,11 +71,13 @@ class Deliveries:
         try:
             async with cancellation.guarded(bus_module.KV_TIMEOUT_S):
                 await kv.delete(k)
-        except bus_module.ERRORS as e:
+        except bus_module.errors() as e:
             # The retry will be refused as a replay until the record expires: said, since the sender sees a 401.
             logger.warning("could not release a webhook delivery id after a failed fire: %s", type(e).__name__)
 
     async def _claim(self, k: str, remember_s: float) -> bool:
+        import nats.js.errors  # here, not at the top: only a gateway on a bus gets this far
+
         if self._bus is None:
             return True
         kv = self._bucket()
@@ -85,7 +88,7 @@ class Deliveries:
                 await kv.create(k, b"", msg_ttl=max(1.0, remember_s))  # the server forgets it on its own
         except nats.js.errors.KeyWrongLastSequenceError:
             return False  # another replica let it through first
-        except bus_module.ERRORS:
+        except bus_module.errors():
             raise BusUnavailableError("the gateway could not record the delivery id on its bus") from None
         return True
 

@@ -16,19 +16,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Protocol
-
-import nats.errors
-from nats.aio.client import Client as NatsClient
-from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
+from typing import TYPE_CHECKING, Protocol
 
 from mcpg_gateway import cancellation, liveness, redaction
 from mcpg_gateway.contract import config
 from mcpg_gateway.errors import StrategyError
 from mcpg_gateway.strategies import base, reconnect
+
+if TYPE_CHECKING:  # nats is imported when the first nats_topic watch connects, not by every gateway
+    from nats.aio.client import Client as NatsClient
+    from nats.aio.msg import Msg
+    from nats.aio.subscription import Subscription
 
 logger = logging.getLogger(__name__)
 
@@ -36,9 +37,22 @@ CONNECT_TIMEOUT_S = 5
 FLUSH_TIMEOUT_S = 5
 CLIENT_NAME = "mcpg-gateway"
 
-_NATS_ERRORS = (nats.errors.Error, OSError, TimeoutError)
-_QUIET_ERRORS = (OSError, TimeoutError, nats.errors.StaleConnectionError, nats.errors.NoServersError)
-"""Connection failures nats-py also reports through `error_cb`; the watch logs those itself."""
+
+@functools.cache
+def _nats_errors() -> tuple[type[BaseException], ...]:
+    """What a NATS call raises when the server or the network fails (a function: nats is imported on first use;
+    an `except` clause evaluates it only when an exception reaches it)."""
+    import nats.errors
+
+    return (nats.errors.Error, OSError, TimeoutError)
+
+
+@functools.cache
+def _quiet_errors() -> tuple[type[BaseException], ...]:
+    """Connection failures nats-py also reports through `error_cb`; the watch logs those itself."""
+    import nats.errors
+
+    return (OSError, TimeoutError, nats.errors.StaleConnectionError, nats.errors.NoServersError)
 
 
 class LinkListener(Protocol):
@@ -105,11 +119,11 @@ class NatsLink:
         failed = f"subscribing to {subject!r} on {self.where} failed"
         try:
             sub = await nc.subscribe(subject, cb=on_message)
-        except _NATS_ERRORS as e:
+        except _nats_errors() as e:
             raise StrategyError(f"{failed}: {self._describe(e)}") from None
         try:
             await nc.flush(timeout=FLUSH_TIMEOUT_S)
-        except _NATS_ERRORS as e:
+        except _nats_errors() as e:
             await unsubscribe(sub)
             raise StrategyError(f"{failed}: {self._describe(e)}") from None
         if cancellation.requested():  # the watch stopped while the server confirmed: leave nothing subscribed
@@ -152,7 +166,7 @@ class NatsLink:
             try:
                 # Annotated int; a float works. Checked: its wait may swallow the probe's stop.
                 await cancellation.checked(nc.flush(timeout=rules.timeout_s))  # type: ignore[arg-type]
-            except _NATS_ERRORS as e:
+            except _nats_errors() as e:
                 if nc is self._nc:
                     logger.warning(
                         "NATS %s: no answer to a round trip within %g s (%s); closing the connection",
@@ -167,10 +181,12 @@ class NatsLink:
                 listener.round_trip(nc)
 
     async def _connect(self) -> NatsClient:
+        from nats.aio.client import Client as NatsClient
+
         nc = NatsClient()
 
         async def on_error(error: Exception) -> None:
-            level = logging.DEBUG if isinstance(error, _QUIET_ERRORS) else logging.WARNING
+            level = logging.DEBUG if isinstance(error, _quiet_errors()) else logging.WARNING
             logger.log(level, "NATS %s: %s", self.where, self._describe(error))
 
         async def on_closed() -> None:
@@ -188,7 +204,7 @@ class NatsLink:
                 error_cb=on_error,
                 closed_cb=on_closed,
             )
-        except _NATS_ERRORS as e:
+        except _nats_errors() as e:
             await close_quietly(nc)  # a refused handshake leaves the socket open
             raise StrategyError(f"cannot connect to NATS at {self.where}: {self._describe(e)}") from None
         except asyncio.CancelledError:
@@ -218,13 +234,13 @@ class NatsLink:
 
 async def close_quietly(nc: NatsClient) -> None:
     if not nc.is_closed:
-        with contextlib.suppress(*_NATS_ERRORS):
+        with contextlib.suppress(*_nats_errors()):
             await nc.close()
 
 
 async def unsubscribe(sub: Subscription) -> None:
     # Raises when the connection is already gone, and then there is nothing left to remove.
-    with contextlib.suppress(*_NATS_ERRORS):
+    with contextlib.suppress(*_nats_errors()):
         await sub.unsubscribe()
 
 
