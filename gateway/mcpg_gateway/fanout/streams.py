@@ -47,7 +47,17 @@ Body = Callable[[], Awaitable[bytes]]
 class Stream:
     """One /mcp response: the `send` it goes out through, and whether notifications may be written to it now."""
 
-    __slots__ = ("_carried", "_flushed_waiter", "_on_started", "_ping", "_send", "ended", "flushed", "started")
+    __slots__ = (
+        "_carried",
+        "_flushed_waiter",
+        "_on_started",
+        "_ping",
+        "_pinging",
+        "_send",
+        "ended",
+        "flushed",
+        "started",
+    )
 
     def __init__(self, send: Send, on_started: Callable[[Stream], None] | None = None) -> None:
         """`on_started`: told once the SDK has started the response as an SSE stream (a session's GET stream)."""
@@ -61,6 +71,7 @@ class Stream:
         self._flushed_waiter: asyncio.Future[None] | None = None
         self._carried: tuple[Body, Callable[[], None]] | None = None
         self._ping: asyncio.TimerHandle | None = None
+        self._pinging: asyncio.Task[None] | None = None
 
     async def send(self, message: Message) -> None:
         """The `send` the SDK's app is given: passes each message on, and notes what it changed. (A bound method
@@ -98,7 +109,7 @@ class Stream:
             leaving.cancel()
             if self._ping is not None:
                 self._ping.cancel()
-        if not self.ended:
+        if self.started and not self.ended:  # (not started: the client left before the SDK could start it)
             self.ended = True
             await self._send({"type": "http.response.body", "body": last, "more_body": False})
 
@@ -106,9 +117,13 @@ class Stream:
         self._ping = asyncio.get_running_loop().call_later(PING_INTERVAL_S, self._ping_now)
 
     def _ping_now(self) -> None:
-        if self.writable:
-            self.write(PING)
-            self._schedule_ping()
+        """Ping, unless the last ping is still waiting for a client that reads nothing: one such write at a time,
+        not one more every interval for as long as it stays stuck."""
+        if not self.writable:
+            return
+        if self._pinging is None or self._pinging.done():
+            self._pinging = self.write(PING)
+        self._schedule_ping()
 
     @property
     def writable(self) -> bool:

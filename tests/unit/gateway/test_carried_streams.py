@@ -11,6 +11,7 @@ import asyncio
 import json
 
 import pytest
+from starlette.types import Message
 
 from mcpg_gateway.fanout import streams
 from mcpg_testing import BOUND_S, stuck
@@ -85,3 +86,25 @@ async def test_a_carried_stream_is_pinged_gets_its_notifications_and_ends_with_i
     assert result["id"] == 1
     assert result["result"]["_meta"]["dev.mcpg/watch-end"]["reason"] == "shutdown"
     assert result["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == "mcpg-gateway"
+
+
+async def test_a_stream_whose_client_reads_nothing_has_one_ping_waiting_not_one_per_interval() -> None:
+    stuck_send = asyncio.Event()  # never set: every write waits, as on a connection whose client reads nothing
+    writes: list[bytes] = []
+
+    async def send(message: Message) -> None:
+        if message["type"] == "http.response.body":
+            writes.append(message["body"])
+            await stuck_send.wait()
+
+    stream = streams.Stream(send)
+    await stream.send(
+        {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]}
+    )
+    for _ in range(5):
+        stream._ping_now()
+    assert writes == [streams.PING]
+    assert stream._ping is not None
+    stream._ping.cancel()
+    assert stream._pinging is not None
+    stream._pinging.cancel()
