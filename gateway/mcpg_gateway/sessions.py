@@ -27,11 +27,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from mcpg_gateway import errors, mcp_requests
 from mcpg_gateway.metrics import Metrics
 from mcpg_gateway.sdk import owners
+from mcpg_gateway.sdk.requests import SESSION_HEADER
 from mcpg_gateway.sdk.manager import SessionManager
 
 logger = logging.getLogger(__name__)
-
-_SESSION_HEADER = b"mcp-session-id"
 
 
 class SessionLimit:
@@ -87,7 +86,7 @@ class SessionLimit:
         if start["status"] >= 400:
             return
         for name, value in start["headers"]:
-            if name.lower() == _SESSION_HEADER:
+            if name.lower() == SESSION_HEADER:
                 self._forget_ended()
                 self._answered.add(value.decode("latin-1"))
                 return

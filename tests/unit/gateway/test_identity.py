@@ -167,3 +167,15 @@ def test_a_token_instead_of_its_digest_is_rejected() -> None:
     assert message.startswith("gateway.auth.principals[0].token_sha256: String should match pattern")
     assert "alice-s3cret-token" not in message
     assert identity.token_digest("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+
+
+async def test_a_principal_s_requests_share_one_token_and_a_new_configuration_gives_new_ones() -> None:
+    # An open stream keeps its request's token: one per principal, not one per request (2.8 KB each).
+    cfg = check.load(gateway_config(auth={"principals": [principal("alice-token", "alice")]}), environ={})
+    ids = identity.Identity(cfg.gateway.auth)
+    first, again = await ids.verify_token("alice-token"), await ids.verify_token("alice-token")
+    assert first is not None and first is again
+    assert (first.client_id, first.token) == ("alice", "principal:alice")  # a marker, never the bearer token
+    assert await ids.verify_token("wrong") is None
+    ids.replace(cfg.gateway.auth)
+    assert await ids.verify_token("alice-token") is not first  # the scopes as configured now
