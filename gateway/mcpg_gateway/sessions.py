@@ -27,8 +27,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from mcpg_gateway import errors, mcp_requests
 from mcpg_gateway.metrics import Metrics
 from mcpg_gateway.sdk import owners
-from mcpg_gateway.sdk.requests import SESSION_HEADER
 from mcpg_gateway.sdk.manager import SessionManager
+from mcpg_gateway.sdk.requests import SESSION_HEADER
 
 logger = logging.getLogger(__name__)
 

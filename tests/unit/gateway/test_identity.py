@@ -174,7 +174,8 @@ async def test_a_principal_s_requests_share_one_token_and_a_new_configuration_gi
     cfg = check.load(gateway_config(auth={"principals": [principal("alice-token", "alice")]}), environ={})
     ids = identity.Identity(cfg.gateway.auth)
     first, again = await ids.verify_token("alice-token"), await ids.verify_token("alice-token")
-    assert first is not None and first is again
+    assert first is not None
+    assert first is again
     assert (first.client_id, first.token) == ("alice", "principal:alice")  # a marker, never the bearer token
     assert await ids.verify_token("wrong") is None
     ids.replace(cfg.gateway.auth)
