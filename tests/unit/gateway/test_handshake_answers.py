@@ -1,0 +1,145 @@
+"""What the SDK's stateful session manager answers to each handshake-era request shape: the table a gateway-kept
+session door (issue 36, part 1: handshake sessions over the SDK's stateless handling, their GET streams at the
+seam) must answer byte for byte. Today it runs against the SDK's manager as the gateway builds it; the door will
+be the second app this table is run against.
+
+Each case is one request after a session was opened (initialize, then `notifications/initialized`) by alice.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+
+from mcpg_gateway import identity
+from mcpg_gateway.identity import Principal
+from mcpg_gateway.sdk.auth import AuthenticatedUser
+
+from .test_sdk_contract import _ACCEPT, _INITIALIZE, _S, _V, ALICE, Answer, _message_body, ask, open_session, served
+
+BOB = AuthenticatedUser(identity.access_token(Principal("bob")))
+Headers = list[tuple[bytes, bytes]]
+SSE = (b"accept", b"text/event-stream")
+
+
+def _error(message: str, code: int = -32600) -> bytes:
+    return json.dumps(
+        {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}, separators=(",", ":")
+    ).encode()
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    method: str
+    headers: Callable[[Headers], Headers]
+    """The request's headers, given the open session's (its id and protocol version)."""
+    body: bytes
+    user: AuthenticatedUser
+    status: int | None
+    """None: the SDK's app returned without answering."""
+    answer: bytes
+    names_session: bool
+    """Whether the answer carries an `mcp-session-id` header (the open session's, or for a refused opening the
+    id of the session the SDK admitted and discarded)."""
+
+
+LIST = _message_body("resources/list", 2)
+CASES = [
+    Case(
+        "initialized",
+        "POST",
+        lambda s: [*_ACCEPT, *s],
+        _message_body("notifications/initialized"),
+        ALICE,
+        202,
+        b"",
+        True,
+    ),
+    Case(
+        "a request naming no session",
+        "POST",
+        lambda s: [*_ACCEPT, (_V, b"2025-11-25")],
+        LIST,
+        ALICE,
+        400,
+        _error("Bad Request: Missing session ID"),
+        True,
+    ),
+    Case(
+        "an unknown session",
+        "POST",
+        lambda s: [*_ACCEPT, (_S, b"nope"), (_V, b"2025-11-25")],
+        LIST,
+        ALICE,
+        404,
+        _error("Session not found"),
+        False,
+    ),
+    Case(
+        "another principal's session",
+        "POST",
+        lambda s: [*_ACCEPT, *s],
+        LIST,
+        BOB,
+        404,
+        _error("Session not found"),
+        False,
+    ),
+    Case(
+        "a GET stream not accepting SSE",
+        "GET",
+        lambda s: [(b"accept", b"application/json"), *s],
+        b"",
+        ALICE,
+        406,
+        _error("Not Acceptable: Client must accept text/event-stream"),
+        True,
+    ),
+    Case(
+        "a GET stream naming an unknown protocol version",
+        "GET",
+        lambda s: [SSE, s[0], (_V, b"1999-01-01")],
+        b"",
+        ALICE,
+        405,
+        b"",
+        False,
+    ),
+    Case(
+        "a GET stream asking to resume, without an event store",
+        "GET",
+        lambda s: [SSE, *s, (b"last-event-id", b"x")],
+        b"",
+        ALICE,
+        None,
+        b"",
+        False,
+    ),
+    Case("a GET stream", "GET", lambda s: [SSE, *s], b"", ALICE, 200, b"", True),
+    Case("PUT", "PUT", lambda s: [*_ACCEPT, *s], b"", ALICE, 405, _error("Method Not Allowed"), True),
+    Case("DELETE", "DELETE", lambda s: [*_ACCEPT, *s], b"", ALICE, 200, b"", True),
+    Case(
+        "initialize again, naming the session",
+        "POST",
+        lambda s: [*_ACCEPT, *s],
+        _INITIALIZE,
+        ALICE,
+        200,
+        b'event: message\r\ndata: {"jsonrpc":"2.0","id":1,"result":{"capabilities":{},"protocolVersion":"2025-11-25",'
+        b'"serverInfo":{"name":"contract","version":""}}}\r\n\r\n',
+        True,
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+async def test_the_sdk_s_stateful_manager_answers(case: Case) -> None:
+    async with served() as (_, app):
+        session = await open_session(app, ALICE)
+        answer: Answer = await ask(app, case.method, case.headers(session), case.body, case.user)
+    assert (answer.status, answer.body) == (case.status, case.answer)
+    assert (_S in answer.headers) == case.names_session
