@@ -17,4 +17,5 @@ Module map:
     auth        the SDK's bearer-auth middleware and auth context; `act_as` for stdio, which has no token
     surface     what the server tells a client in each era, as the SDK serializes it (the server card's capabilities)
     responses   a request's answer as the last event of an SSE response, in the SDK's bytes (a listen's result)
+    door        handshake-era sessions kept by the gateway over the SDK's stateless mode (WIP, not wired in)
 """

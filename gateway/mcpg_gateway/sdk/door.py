@@ -1,0 +1,244 @@
+"""Handshake-era sessions kept by the gateway, each request served by the SDK in stateless mode (WIP, issue 36
+part 1; not wired in yet).
+
+The SDK's stateful manager keeps, per session, a server task with its task group, four memory streams and a
+runner, and serves its GET stream through sse_starlette (five tasks): about 55 KB of the 134 KB a session costs.
+This door keeps what a session is (`handshake_sessions.py`: id, owner, scratch, idle countdown) and answers as the
+stateful manager does, byte for byte (`test_handshake_answers.py` runs one table of requests against both):
+
+- a request naming no session: at the cap, the manager's 503; an initialize opens a session and is served by the
+  SDK, its answer naming the new id; anything else gets the stateful transport's own refusal (a throwaway
+  transport with a fresh id answers it: 400 "Missing session ID", or whatever it finds wrong first);
+- a request naming a session that is unknown or another principal's: the manager's 404;
+- a POST on a session: served by the SDK (stateless), its answer naming the session; the handlers find the
+  session's scratch in the scope (`SCOPE_KEY`);
+- a GET on a session: the transport's checks (406, 409 while one is open), then the SSE stream is started here
+  with the transport's headers and held open until the client leaves or the session ends; the fan-out writes
+  to it as to any GET stream (`fanout/streams.py` finds it by the session id);
+- DELETE and any other method: a throwaway transport with the session's id answers, exactly; DELETE then ends the
+  session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from http import HTTPStatus
+from typing import Any
+
+from mcp.server.streamable_http import StreamableHTTPServerTransport, check_accept_headers
+from mcp.types import INTERNAL_ERROR, INVALID_REQUEST
+from starlette.requests import Request
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from mcpg_gateway.handshake_sessions import HandshakeSession, HandshakeSessions
+from mcpg_gateway.sdk import requests
+
+SCOPE_KEY = "mcpg.handshake_session"
+"""Where a request on a session carries it, for the handlers (`sdk/connection.py`)."""
+SESSION_HEADER = b"mcp-session-id"
+PING = b": ping\r\n\r\n"
+PING_INTERVAL_S = 15.0
+SSE_HEADERS = [
+    (b"cache-control", b"no-cache, no-transform"),
+    (b"connection", b"keep-alive"),
+    (b"content-type", b"text/event-stream"),
+    (b"x-accel-buffering", b"no"),
+]
+"""The stateful transport's GET stream headers (sse_starlette adds `x-accel-buffering`), the session id after."""
+
+
+class HandshakeDoor:
+    def __init__(self, app: ASGIApp, sessions: HandshakeSessions) -> None:
+        """`app`: the SDK's session manager in stateless mode."""
+        self._app, self._sessions = app, sessions
+        self._streams: dict[str, asyncio.Event] = {}
+        """The sessions with a GET stream open, and what ends it early (the session ending)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        request = requests.classify(scope)
+        if request.era is not requests.Era.HANDSHAKE:
+            await self._app(scope, receive, send)
+            return
+        owner = _owner(scope)
+        if request.session_id is None:
+            await self._open(scope, receive, send, owner)
+            return
+        session = self._sessions.get(request.session_id, owner)
+        if session is None:
+            await _manager_error(send, "Session not found", HTTPStatus.NOT_FOUND)
+            return
+        method = scope["method"]
+        if method == "POST":
+            await self._post(session, scope, receive, send)
+        elif method == "GET":
+            await self._get(session, scope, receive, send)
+        else:
+            await _transport(session.id).handle_request(scope, receive, send)
+            if method == "DELETE":
+                await self.end(session.id)
+
+    async def end(self, session_id: str) -> None:
+        """End the session (DELETE, idle, a principal removed, shutdown): its GET stream too."""
+        ended = self._streams.get(session_id)
+        if ended is not None:
+            ended.set()
+        await self._sessions.end(session_id)
+
+    async def _open(self, scope: Scope, receive: Receive, send: Send, owner: str) -> None:
+        body = b""
+        if len(self._sessions) >= self._sessions.max_sessions:
+            await _manager_error(send, "Too many open sessions", HTTPStatus.SERVICE_UNAVAILABLE, INTERNAL_ERROR)
+            return
+        if scope["method"] == "POST":
+            body = await _body(receive)
+            receive = _replay(body, receive)
+        if scope["method"] != "POST" or not _is_initialize(body):
+            # The stateful manager admits a session for it, and its transport refuses it (and the session goes).
+            refusing = _transport(_fresh_id())
+            async with refusing.connect():
+                await refusing.handle_request(scope, receive, send)
+            return
+        session = self._sessions.open(owner)
+        assert session is not None, "the cap was checked above, with no await between"
+        status = await self._serve(session, scope, receive, send)
+        if status is None or status >= 400:
+            await self._sessions.end(session.id)  # nothing was established, as the manager discards it
+        else:
+            self._sessions.done(session)
+
+    async def _post(self, session: HandshakeSession, scope: Scope, receive: Receive, send: Send) -> None:
+        self._sessions.begin(session)
+        try:
+            await self._serve(session, scope, receive, send)
+        finally:
+            self._sessions.done(session)
+
+    async def _serve(self, session: HandshakeSession, scope: Scope, receive: Receive, send: Send) -> int | None:
+        """The SDK's (stateless) answer, naming the session; its status (None if it gave none)."""
+        scope[SCOPE_KEY] = session
+        status: int | None = None
+        name = (SESSION_HEADER, session.id.encode())
+
+        async def naming(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message = {**message, "headers": [*message.get("headers", []), name]}
+            await send(message)
+
+        await self._app(scope, receive, naming)
+        return status
+
+    async def _get(self, session: HandshakeSession, scope: Scope, receive: Receive, send: Send) -> None:
+        transport = _transport(session.id)
+        request = Request(scope, receive)
+        _, accepts_sse = check_accept_headers(request)
+        if not accepts_sse:
+            message = "Not Acceptable: Client must accept text/event-stream"
+            await transport._create_error_response(message, HTTPStatus.NOT_ACCEPTABLE)(scope, receive, send)
+            return
+        if session.id in self._streams:
+            message = "Conflict: Only one SSE stream is allowed per session"
+            await transport._create_error_response(message, HTTPStatus.CONFLICT)(scope, receive, send)
+            return
+        ended = self._streams[session.id] = asyncio.Event()
+        self._sessions.begin(session)
+        try:
+            headers = [*SSE_HEADERS, (SESSION_HEADER, session.id.encode())]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await _held_open(receive, send, ended)
+        finally:
+            del self._streams[session.id]
+            if self._sessions.get(session.id, session.owner) is session:
+                self._sessions.done(session)
+
+
+async def _held_open(receive: Receive, send: Send, ended: asyncio.Event) -> None:
+    """Until the client leaves or `ended` is set, pinging every `PING_INTERVAL_S`; then the stream's end."""
+    leaving = asyncio.ensure_future(_until_disconnect(receive))
+    ending = asyncio.ensure_future(ended.wait())
+    try:
+        while True:
+            done, _ = await asyncio.wait(
+                {leaving, ending}, timeout=PING_INTERVAL_S, return_when=asyncio.FIRST_COMPLETED
+            )
+            if leaving in done:
+                return
+            if ending in done:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                return
+            await send({"type": "http.response.body", "body": PING, "more_body": True})
+    finally:
+        leaving.cancel()
+        ending.cancel()
+
+
+async def _until_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _body(receive: Receive) -> bytes:
+    """The request's whole body (bounded before it gets here: `mcp_requests.Envelope`)."""
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A `receive` that gives `body` once, then the server's own (so a disconnect is still seen)."""
+    pending: list[bytes] = [body]
+
+    async def replayed() -> Message:
+        if pending:
+            return {"type": "http.request", "body": pending.pop(), "more_body": False}
+        return await receive()
+
+    return replayed
+
+
+def _is_initialize(body: bytes) -> bool:
+    """Whether `body` is one JSON-RPC initialize request."""
+    try:
+        message: Any = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(message, dict) and message.get("method") == "initialize"
+
+
+def _transport(session_id: str) -> StreamableHTTPServerTransport:
+    """A transport that only answers: with the session's id, it refuses, ends (DELETE) and names it as the
+    stateful manager's transport of that session would; it never serves a message (it is never connected)."""
+    return StreamableHTTPServerTransport(mcp_session_id=session_id)
+
+
+def _fresh_id() -> str:
+    import uuid
+
+    return uuid.uuid4().hex
+
+
+async def _manager_error(send: Send, message: str, status: HTTPStatus, code: int = INVALID_REQUEST) -> None:
+    """The manager's own JSON-RPC error answer (no session id header)."""
+    body = json.dumps(
+        {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}, separators=(",", ":")
+    ).encode()
+    headers = [(b"content-length", str(len(body)).encode()), (b"content-type", b"application/json")]
+    await send({"type": "http.response.start", "status": int(status), "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _owner(scope: Scope) -> str:
+    token = getattr(scope.get("user"), "access_token", None)
+    client_id = getattr(token, "client_id", None)
+    return client_id if isinstance(client_id, str) else ""
