@@ -26,7 +26,7 @@ Module map (a request's path through it, top to bottom):
     public_app      port 8080: /mcp (classified, origins, identity, sessions, envelope), webhooks, health
     mcp_requests    an /mcp request read once: its era and session the SDK's way; its body, ids and _meta bounded
     sessions        the sessions-per-principal limit, counted where the SDK opens sessions
-    handshake_sessions  handshake-era sessions kept by the gateway (WIP, not wired in): cap, owner, idle, end
+    handshake_sessions  handshake-era sessions kept by the gateway: cap, owner, idle, end
     card            the server card (`/.well-known/mcp/server-card.json`) and the resource `_meta` it shares
     admin_app       port 9090: /metrics and /admin/v1/*
     origins         the Origin rule shared by /mcp and the webhook route

@@ -1,9 +1,9 @@
 """Handshake-era sessions kept by the gateway: what the SDK's stateful session manager keeps per session, without
-its per-session server task, task group and memory streams (WIP, issue 36 part 1; not wired in yet).
+its per-session server task, task group and memory streams (issue 36 part 1).
 
 A session is an id, the principal that opened it, a scratch (`state` and an `exit_stack`, as a handler sees its
-connection's), the requests in flight on it and when it expires. Each POST on it will be served by the SDK in
-stateless mode and its GET stream at the seam (`fanout/streams.py`); this registry answers what the SDK's manager
+connection's), the requests in flight on it and when it expires. Each POST on it is served by the SDK in
+stateless mode and its GET stream at the door (`sdk/door.py`); this registry answers what the SDK's manager
 answered: whether a session may open (`sessions_total`), whose it is, and when it ends: a DELETE, its idle
 timeout with no request in flight (an open GET stream counts as one, as in the SDK), a configuration removing its
 principal, or shutdown. Ending unwinds its exit stack: the gateway's implicit unsubscribe.
@@ -15,7 +15,7 @@ import asyncio
 import logging
 import math
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Container, KeysView
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -77,9 +77,13 @@ class HandshakeSessions:
             session.in_flight = 0
             session.idle_deadline = self._now() + self.idle_timeout_s
 
-    def held(self, owner: str) -> int:
-        """How many open sessions `owner` opened."""
-        return sum(1 for s in self._by_id.values() if s.owner == owner)
+    def held(self, owner: str, among: Container[str] | None = None) -> int:
+        """How many open sessions `owner` opened; with `among`, only those whose id is in it."""
+        return sum(1 for s in self._by_id.values() if s.owner == owner and (among is None or s.id in among))
+
+    def ids(self) -> KeysView[str]:
+        """The open sessions' ids (a live view, not a copy)."""
+        return self._by_id.keys()
 
     def owners(self) -> dict[str, str]:
         """Each open session's id -> its owner."""
@@ -93,19 +97,22 @@ class HandshakeSessions:
     async def end(self, session_id: str) -> bool:
         """End the session: forgotten first (its id answers 404 from now on), then its exit stack unwound, in bound.
         False if it was not open."""
-        session = self._by_id.pop(session_id, None)
+        session = self.forget(session_id)
         if session is None:
             return False
+        await self.close(session)
+        return True
+
+    def forget(self, session_id: str) -> HandshakeSession | None:
+        """The first half of `end`, at once: the session's id answers 404 from now on. The session, if it was open."""
+        return self._by_id.pop(session_id, None)
+
+    async def close(self, session: HandshakeSession) -> None:
+        """The second half of `end`: the forgotten session's exit stack unwound, in bound."""
         try:
             async with asyncio.timeout(END_TIMEOUT_S):
                 await asyncio.shield(session.exit_stack.aclose())
         except TimeoutError:
-            logger.warning("session %s: ending it took over %.0f s; abandoned the rest", session_id[:8], END_TIMEOUT_S)
+            logger.warning("session %s: ending it took over %.0f s; abandoned the rest", session.id[:8], END_TIMEOUT_S)
         except Exception:
-            logger.exception("session %s: ending it raised", session_id[:8])
-        return True
-
-    async def end_all(self) -> None:
-        """Shutdown: every session ends."""
-        for session_id in list(self._by_id):
-            await self.end(session_id)
+            logger.exception("session %s: ending it raised", session.id[:8])

@@ -29,8 +29,8 @@ TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 TRACE_INDENT = "  "
 """Prefixes every traceback line in text: only a record's first line starts at column 0."""
 QUIET_UNLESS_DEBUG = ("mcp",)
-"""The MCP SDK logs at INFO per session (`Created new transport with session ID: …`, `Terminating session: …`):
-request-rate noise that carries session ids. Its loggers stay at WARNING unless the level is DEBUG."""
+"""The MCP SDK logs at INFO per request it serves (`Terminating session: …` as each one's transport ends):
+request-rate noise. Its loggers stay at WARNING unless the level is DEBUG."""
 
 # C0, DEL, C1, and the two Unicode line separators some viewers break lines at.
 _CONTROL = re.compile("([\x00-\x1f\x7f-\x9f\u2028\u2029])")

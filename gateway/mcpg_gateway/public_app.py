@@ -43,7 +43,7 @@ def build(gw: Gateway, manager: managers.SessionManager) -> ASGIApp:
     # request would open (`sessions.py`); the limit first, as it needs no body.
     bounded = mcp_requests.Envelope(sdk_app, lambda: mcp_requests.bounds_of(gw.config.gateway.limits), gw.metrics)
     per_principal = sessions.SessionLimit(
-        bounded, manager, lambda: gw.config.gateway.limits.sessions_per_principal, gw.metrics
+        bounded, manager.sessions, lambda: gw.config.gateway.limits.sessions_per_principal, gw.metrics
     )
     origins_now = lambda: gw.config.gateway.server.allowed_origins  # noqa: E731  # a getter, named for the line
     guarded = origins.OriginGuard(identity.protect(per_principal, gw.identity, gw.metrics), origins_now)

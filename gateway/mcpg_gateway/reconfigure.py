@@ -39,7 +39,7 @@ Result = Literal["applied", "unchanged", "refused"]
 
 
 class Sessions(Protocol):
-    """The open handshake-era sessions (`sdk/sessions.OpenSessions`); none off HTTP."""
+    """The open handshake-era sessions (`sdk/manager.SessionManager`); none off HTTP."""
 
     def owners(self) -> dict[str, str]:
         """Session id -> the id of the principal that opened it."""

@@ -23,7 +23,6 @@ import uvicorn
 from mcpg_gateway import admin_app, cancellation, connections, mcp_handlers, mcp_requests, public_app, reconfigure
 from mcpg_gateway.gateway import Gateway
 from mcpg_gateway.sdk import manager as managers
-from mcpg_gateway.sdk import sessions
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +102,7 @@ async def serve(
         # configuration served, so the SDK gets the ceiling any configuration can reach).
         max_body_bytes=mcp_requests.BODY_CEILING_BYTES,
     )
-    reconfigurer = reconfigure.Reconfigurer(gw, sessions.OpenSessions(manager))
+    reconfigurer = reconfigure.Reconfigurer(gw, manager)
     public_guard, admin_guard = _guards(gw)
     public_sock, admin_sock = _bind(host, port, public_guard), _bind(host, admin_port, admin_guard)
     public = _uvicorn(public_app.build(gw, manager), graceful_s=3, guard=public_guard)

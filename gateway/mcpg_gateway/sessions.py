@@ -1,6 +1,6 @@
 """Sessions per principal: one caller cannot hold every stateful session the process can serve.
 
-The SDK's session manager caps sessions in all (`limits.sessions_total`, answered 503); without a share per
+The session manager caps sessions in all (`limits.sessions_total`, answered 503); without a share per
 principal one caller could take them all and every other principal would be refused for as long as its idle
 sessions lived (a probe held 9,999 for 30 minutes). This middleware sits behind authentication, in front of the
 manager, and refuses a request that would open a session once its principal holds `sessions_per_principal`: HTTP
@@ -9,11 +9,11 @@ request the way the SDK reads the headers (a handshake-era request naming no ses
 disagreed with the SDK's and let one principal open every session uncounted. Requests on existing sessions, and
 2026-07-28 requests (which open none), pass untouched.
 
-It counts the manager's own record of who opened each session (`sdk/owners.py`: the SDK keeps it to bind a session
-to its creator), plus the opening requests still in flight, so a burst of concurrent openings cannot overshoot.
-Of the SDK's record it counts only the sessions already answered: the SDK records a session before it answers the
-request that opens it, and in between the session was counted twice, once as the SDK's and once as a request in
-flight (waves of 32 concurrent openings on a pod were refused four short of the share).
+It counts the open sessions each principal opened (`handshake_sessions.py`), plus the opening requests still in
+flight, so a burst of concurrent openings cannot overshoot. Of the sessions it counts only those already answered:
+a session is recorded before the request that opens it is answered, and in between it was counted twice, once as
+a session and once as a request in flight (waves of 32 concurrent openings on a pod were refused four short of
+the share).
 """
 
 from __future__ import annotations
@@ -25,21 +25,20 @@ from collections.abc import Callable
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcpg_gateway import errors, mcp_requests
+from mcpg_gateway.handshake_sessions import HandshakeSessions
 from mcpg_gateway.metrics import Metrics
-from mcpg_gateway.sdk import owners
-from mcpg_gateway.sdk.manager import SessionManager
 from mcpg_gateway.sdk.requests import SESSION_HEADER
 
 logger = logging.getLogger(__name__)
 
 
 class SessionLimit:
-    def __init__(self, app: ASGIApp, manager: SessionManager, limit: Callable[[], int], metrics: Metrics) -> None:
+    def __init__(self, app: ASGIApp, sessions: HandshakeSessions, limit: Callable[[], int], metrics: Metrics) -> None:
         """`limit`: the sessions a principal may hold, asked per opening request (the configuration served)."""
-        self._app, self._manager, self._limit, self._metrics = app, manager, limit, metrics
+        self._app, self._sessions, self._limit, self._metrics = app, sessions, limit, metrics
         self._opening: Counter[str] = Counter()
-        # Ids of the sessions whose opening request was answered: the SDK's record of these, plus the requests in
-        # `_opening`, counts each session once. Ended sessions are dropped from it as it grows (`_forget_ended`).
+        # Ids of the sessions whose opening request was answered: the open sessions among these, plus the requests
+        # in `_opening`, count each session once. Ended sessions are dropped from it as it grows (`_forget_ended`).
         self._answered: set[str] = set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -63,8 +62,8 @@ class SessionLimit:
                     del self._opening[principal_id]
 
         async def answering(message: Message) -> None:
-            # The SDK records a session it opens before it answers: from the answer on, the session is in its
-            # record or was never made, and counting the request too would count it twice (the SDK's app returns
+            # A session is recorded before its opening request is answered: from the answer on, the session is
+            # recorded or was never made, and counting the request too would count it twice (the app returns
             # a while after the client has its answer, so a client opening sessions back to back was refused one
             # short of its share).
             if message["type"] == "http.response.start":
@@ -79,10 +78,10 @@ class SessionLimit:
 
     def held(self, principal_id: str) -> int:
         """Sessions `principal_id` holds, counting the ones being opened now."""
-        return owners.held(self._manager, principal_id, among=self._answered) + self._opening[principal_id]
+        return self._sessions.held(principal_id, among=self._answered) + self._opening[principal_id]
 
     def _note_answered(self, start: Message) -> None:
-        """Remember the session an opening request's answer names (the SDK names none when it refuses)."""
+        """Remember the session an opening request's answer names (a refusal names none)."""
         if start["status"] >= 400:
             return
         for name, value in start["headers"]:
@@ -92,8 +91,8 @@ class SessionLimit:
                 return
 
     def _forget_ended(self) -> None:
-        """Drop the ids of sessions that have ended, once they outnumber the open ones (the SDK tells of no end)."""
-        open_ids = owners.open_ids(self._manager)
+        """Drop the ids of sessions that have ended, once they outnumber the open ones."""
+        open_ids = self._sessions.ids()
         if len(self._answered) > 2 * len(open_ids) + 64:
             self._answered &= open_ids
 

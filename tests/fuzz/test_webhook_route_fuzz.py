@@ -21,13 +21,13 @@ from urllib.parse import quote
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.types import ASGIApp, Message
 
 from mcpg_gateway import mcp_handlers, public_app
 from mcpg_gateway import webhook_route as webhooks
 from mcpg_gateway.contract import check
 from mcpg_gateway.gateway import Gateway
+from mcpg_gateway.sdk import manager as managers
 from mcpg_testing import BOUND_S
 from mcpg_testing.configs import gateway_config, watched
 
@@ -67,7 +67,9 @@ def served() -> Iterator[Served]:
     raw = gateway_config(watched("reports", URI, strategy), allowed_origins=[LISTED], max_webhook_body_bytes=LIMIT)
     loop = asyncio.new_event_loop()
     gw = Gateway(check.load(raw, environ={}))
-    manager = StreamableHTTPSessionManager(mcp_handlers.build_server(gw), stateless=False)
+    manager = managers.session_manager(
+        mcp_handlers.build_server(gw), idle_timeout_s=60, max_sessions=100, max_body_bytes=1 << 20
+    )
     out = Served(loop, gw, public_app.build(gw, manager))
     root = logging.getLogger()
     root.addHandler(out.log)

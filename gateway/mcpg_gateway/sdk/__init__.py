@@ -1,7 +1,8 @@
 """The one door to the MCP SDK (`mcp`, pinned exactly): every place the gateway leans on how the SDK works.
 
-The gateway writes past the SDK where the SDK offers no seam (a session's scratch and exit stack, the record of
-who opened each session) and reads each /mcp request before the SDK does, the SDK's way. Each such reliance is
+The gateway writes past the SDK where the SDK offers no seam (a stdio connection's scratch and exit stack), keeps
+the handshake-era sessions itself in front of the SDK's stateless mode, and reads each /mcp request before the SDK
+does, the SDK's way. Each such reliance is
 here, typed, so that an SDK upgrade is fixed in this folder, and `tests/unit/gateway/test_sdk_contract.py`
 checks each one's behaviour through the real SDK. Only this package and the protocol faces (`mcp_handlers`,
 `stdio_transport`, `subscribe_cli`: modules that *are* MCP) import `mcp` (`.importlinter`, `sdk-one-door`).
@@ -10,12 +11,10 @@ Module map:
 
     protocol    the versions of each era, JSON-RPC codes, the listen `subscriptionId` `_meta` key
     requests    an /mcp request as the SDK reads it: its era, the session it names or opens, its body's parse
-    manager     the stateful session manager built as the gateway serves it, and its ASGI app
-    owners      who opened each session (the SDK's private record), counted for the session limit
-    sessions    the open sessions by who opened them, and ending one (a principal a new configuration removed)
-    connection  a session's per-connection scratch and exit stack (a private attribute), typed
+    manager     /mcp's session manager: the door, the sessions, the SDK's stateless manager; idle sessions end
+    connection  a session's scratch and exit stack: the door's session, or a stdio connection's (private), typed
     auth        the SDK's bearer-auth middleware and auth context; `act_as` for stdio, which has no token
     surface     what the server tells a client in each era, as the SDK serializes it (the server card's capabilities)
     responses   a request's answer as the last event of an SSE response, in the SDK's bytes (a listen's result)
-    door        handshake-era sessions kept by the gateway over the SDK's stateless mode (WIP, not wired in)
+    door        handshake-era sessions kept by the gateway over the SDK's stateless mode, answered as the SDK's
 """

@@ -1,10 +1,12 @@
-"""A connection's own scratch and exit stack: where a handshake-era session keeps its subscriber, and how the
+"""A session's own scratch and exit stack: where a handshake-era session keeps its subscriber, and how the
 gateway learns that the session ended.
 
-The SDK keeps both on the per-connection `Connection` a handler's `ServerSession` wraps, and offers no public way
-to it (`ServerSession._connection`, pinned mcp): `state` lives as long as the connection, and `exit_stack` is
-unwound when the session ends (DELETE, idle timeout, a crash or the manager's shutdown), which is the gateway's
-implicit unsubscribe. This is the one place that reaches it; `test_sdk_contract.py` checks both through the real SDK.
+Over HTTP the session is the gateway's (`handshake_sessions.py`), put in the request's scope by the door
+(`sdk/door.py`): `state` lives as long as the session, and `exit_stack` is unwound when it ends (DELETE, idle
+timeout, a configuration removing its principal, shutdown), which is the gateway's implicit unsubscribe. Over
+stdio the connection is the SDK's: it keeps both on the per-connection `Connection` a handler's `ServerSession`
+wraps, and offers no public way to it (`ServerSession._connection`, pinned mcp); `test_sdk_contract.py` checks
+that one through the real SDK.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from contextlib import AsyncExitStack
 from typing import Any, Protocol
 
 from mcp.server.context import ServerRequestContext
+
+from mcpg_gateway.sdk import door
 
 
 class Scratch(Protocol):
@@ -30,6 +34,11 @@ class Scratch(Protocol):
 
 
 def of(ctx: ServerRequestContext[Any, Any]) -> Scratch:
-    """The scratch of the connection the request `ctx` arrived on."""
+    """The scratch of the session (HTTP) or connection (stdio) the request `ctx` arrived on."""
+    scope = getattr(ctx.request, "scope", None)
+    session = scope.get(door.SCOPE_KEY) if isinstance(scope, dict) else None
+    if session is not None:
+        scratch: Scratch = session
+        return scratch
     connection: Scratch = ctx.session._connection
     return connection

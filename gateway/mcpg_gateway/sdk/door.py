@@ -1,5 +1,5 @@
-"""Handshake-era sessions kept by the gateway, each request served by the SDK in stateless mode (WIP, issue 36
-part 1; not wired in yet).
+"""Handshake-era sessions kept by the gateway, each request served by the SDK in stateless mode (`sdk/manager.py`
+serves /mcp through it).
 
 The SDK's stateful manager keeps, per session, a server task with its task group, four memory streams and a
 runner, and serves its GET stream through sse_starlette (five tasks): about 55 KB of the 134 KB a session costs.
@@ -36,7 +36,6 @@ from mcpg_gateway.sdk import requests
 
 SCOPE_KEY = "mcpg.handshake_session"
 """Where a request on a session carries it, for the handlers (`sdk/connection.py`)."""
-SESSION_HEADER = b"mcp-session-id"
 PING = b": ping\r\n\r\n"
 PING_INTERVAL_S = 15.0
 SSE_HEADERS = [
@@ -76,21 +75,47 @@ class HandshakeDoor:
             await self._post(session, scope, receive, send)
         elif method == "GET":
             await self._get(session, scope, receive, send)
+        elif method == "DELETE":
+            await self._delete(session, scope, receive, send)
         else:
             await _transport(session.id).handle_request(scope, receive, send)
-            if method == "DELETE":
-                await self.end(session.id)
 
     async def end(self, session_id: str) -> None:
-        """End the session (DELETE, idle, a principal removed, shutdown): its GET stream too."""
+        """End the session (idle, a principal removed, shutdown): its GET stream too."""
+        session = self._forget(session_id)
+        if session is not None:
+            await self._sessions.close(session)
+
+    async def end_all(self) -> None:
+        """Shutdown: every session ends."""
+        for session_id in list(self._sessions.owners()):
+            await self.end(session_id)
+
+    def _forget(self, session_id: str) -> HandshakeSession | None:
+        """The session's id answers 404 from now on, and its GET stream ends."""
         ended = self._streams.get(session_id)
         if ended is not None:
             ended.set()
-        await self._sessions.end(session_id)
+        return self._sessions.forget(session_id)
+
+    async def _delete(self, session: HandshakeSession, scope: Scope, receive: Receive, send: Send) -> None:
+        """The transport's answer; a DELETE it accepts ends the session before the answer goes out, so a client may
+        open its next one at once (its share, `sessions.py`, no longer counts this one)."""
+        forgotten: HandshakeSession | None = None
+
+        async def ending(message: Message) -> None:
+            nonlocal forgotten
+            if message["type"] == "http.response.start" and message["status"] < 400:
+                forgotten = self._forget(session.id)
+            await send(message)
+
+        await _transport(session.id).handle_request(scope, receive, ending)
+        if forgotten is not None:
+            await self._sessions.close(forgotten)
 
     async def _open(self, scope: Scope, receive: Receive, send: Send, owner: str) -> None:
         body = b""
-        if len(self._sessions) >= self._sessions.max_sessions:
+        if len(self._sessions) >= self._sessions.max_sessions:  # before the body is read, as the SDK's manager
             await _manager_error(send, "Too many open sessions", HTTPStatus.SERVICE_UNAVAILABLE, INTERNAL_ERROR)
             return
         if scope["method"] == "POST":
@@ -103,7 +128,9 @@ class HandshakeDoor:
                 await refusing.handle_request(scope, receive, send)
             return
         session = self._sessions.open(owner)
-        assert session is not None, "the cap was checked above, with no await between"
+        if session is None:  # others opened the last ones while this body was read
+            await _manager_error(send, "Too many open sessions", HTTPStatus.SERVICE_UNAVAILABLE, INTERNAL_ERROR)
+            return
         status = await self._serve(session, scope, receive, send)
         if status is None or status >= 400:
             await self._sessions.end(session.id)  # nothing was established, as the manager discards it
@@ -121,7 +148,7 @@ class HandshakeDoor:
         """The SDK's (stateless) answer, naming the session; its status (None if it gave none)."""
         scope[SCOPE_KEY] = session
         status: int | None = None
-        name = (SESSION_HEADER, session.id.encode())
+        name = (requests.SESSION_HEADER, session.id.encode())
 
         async def naming(message: Message) -> None:
             nonlocal status
@@ -148,7 +175,7 @@ class HandshakeDoor:
         ended = self._streams[session.id] = asyncio.Event()
         self._sessions.begin(session)
         try:
-            headers = [*SSE_HEADERS, (SESSION_HEADER, session.id.encode())]
+            headers = [*SSE_HEADERS, (requests.SESSION_HEADER, session.id.encode())]
             await send({"type": "http.response.start", "status": 200, "headers": headers})
             await _held_open(receive, send, ended)
         finally:

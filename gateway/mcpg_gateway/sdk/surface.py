@@ -52,7 +52,7 @@ def of(manager: managers.SessionManager) -> Surface:
         instructions=init.instructions,
         handshake=_sent_capabilities("initialize", LATEST_HANDSHAKE_VERSION, handshake),
         modern=_sent_capabilities("server/discover", LATEST_MODERN_VERSION, modern),
-        stateful=managers.stateful(manager),
+        stateful=True,  # the manager keeps handshake-era sessions (`sdk/door.py`)
     )
 
 

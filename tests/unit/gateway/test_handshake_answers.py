@@ -1,14 +1,13 @@
-"""What the SDK's stateful session manager answers to each handshake-era request shape: the table a gateway-kept
-session door (issue 36, part 1: handshake sessions over the SDK's stateless handling, their GET streams at the
-seam) must answer byte for byte. Today it runs against the SDK's manager as the gateway builds it; the door will
-be the second app this table is run against.
+"""What the SDK's stateful session manager answers to each handshake-era request shape: the table the gateway's
+door (`sdk/door.py`: handshake sessions kept by the gateway over the SDK's stateless handling, their GET streams
+at the seam) answers byte for byte, but for one difference on purpose. It runs against both: the SDK's stateful
+manager as the gateway built it before the door, and the door as the gateway builds it (`sdk/manager.py`).
 
 Each case is one request after a session was opened (initialize, then `notifications/initialized`) by alice.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Callable
@@ -20,10 +19,8 @@ from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, Streamable
 from starlette.types import ASGIApp
 
 from mcpg_gateway import identity
-from mcpg_gateway.handshake_sessions import HandshakeSessions
 from mcpg_gateway.identity import Principal
 from mcpg_gateway.sdk.auth import AuthenticatedUser
-from mcpg_gateway.sdk.door import HandshakeDoor
 
 from .test_sdk_contract import _ACCEPT, _INITIALIZE, _S, _V, ALICE, Answer, _message_body, ask, open_session, served
 
@@ -150,17 +147,19 @@ CASES = [
 
 @contextlib.asynccontextmanager
 async def door() -> AsyncIterator[ASGIApp]:
-    """The gateway-kept sessions' door over the SDK's manager in stateless mode."""
-    manager = StreamableHTTPSessionManager(Server("contract"), stateless=True)
-    sessions = HandshakeSessions(max_sessions=10, idle_timeout_s=60, now=asyncio.get_running_loop().time)
-    async with manager.run():
-        yield HandshakeDoor(StreamableHTTPASGIApp(manager), sessions)
+    """The gateway's manager: the door over the SDK's manager in stateless mode."""
+    async with served() as (_, app):
+        yield app
 
 
 @contextlib.asynccontextmanager
 async def stateful() -> AsyncIterator[ASGIApp]:
-    async with served() as (_, app):
-        yield app
+    """The SDK's stateful manager, as the gateway built it before the door."""
+    manager = StreamableHTTPSessionManager(
+        Server("contract"), stateless=False, session_idle_timeout=60, max_sessions=10, max_request_body_size=1 << 20
+    )
+    async with manager.run():
+        yield StreamableHTTPASGIApp(manager)
 
 
 APPS = {"the SDK's stateful manager": stateful, "the gateway's door": door}

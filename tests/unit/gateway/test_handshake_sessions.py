@@ -1,4 +1,4 @@
-"""The gateway-kept handshake sessions (WIP, issue 36 part 1): the cap, the owner binding, the idle countdown
+"""The gateway-kept handshake sessions: the cap, the owner binding, the idle countdown
 that an open request suspends, and an end that unwinds the session's exit stack once."""
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ class Clock:
 def test_at_its_cap_no_session_opens_and_an_ended_one_makes_room() -> None:
     sessions = HandshakeSessions(max_sessions=2, idle_timeout_s=60, now=Clock())
     a, b = sessions.open("alice"), sessions.open("bob")
-    assert a is not None and b is not None and a.id != b.id
+    assert a is not None
+    assert b is not None
+    assert a.id != b.id
     assert sessions.open("carol") is None
     assert (sessions.held("alice"), sessions.held("bob"), len(sessions)) == (1, 1, 2)
 

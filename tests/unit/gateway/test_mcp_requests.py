@@ -20,13 +20,13 @@ from typing import Any
 
 import httpx2
 import pytest
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, PROTOCOL_VERSION_META_KEY
 from starlette.types import ASGIApp, Message
 
 from mcpg_gateway import mcp_handlers, mcp_requests, public_app
 from mcpg_gateway.contract import check, config, uris
 from mcpg_gateway.gateway import Gateway
+from mcpg_gateway.sdk import manager as managers
 from mcpg_gateway.sdk import requests
 from mcpg_testing import BOUND_S
 from mcpg_testing.asgi import mcp_scope
@@ -228,10 +228,12 @@ async def test_last_event_id_on_a_get_stream_is_ignored_and_the_stream_served_wi
 
 
 @contextlib.asynccontextmanager
-async def in_process(raw: dict[str, Any]) -> AsyncIterator[tuple[ASGIApp, StreamableHTTPSessionManager]]:
+async def in_process(raw: dict[str, Any]) -> AsyncIterator[tuple[ASGIApp, managers.SessionManager]]:
     """The public app and its running session manager, for ASGI calls no HTTP server would make."""
     gateway = Gateway(check.load(raw, environ={}))
-    manager = StreamableHTTPSessionManager(mcp_handlers.build_server(gateway), stateless=False)
+    manager = managers.session_manager(
+        mcp_handlers.build_server(gateway), idle_timeout_s=60, max_sessions=100, max_body_bytes=1 << 20
+    )
     try:
         async with manager.run():
             yield public_app.build(gateway, manager), manager
@@ -272,14 +274,14 @@ HANDSHAKE_BY_THE_SDK = [
 
 
 @pytest.mark.parametrize("versions", HANDSHAKE_BY_THE_SDK, ids=["two versions", "upper-case name", "upper-case id"])
-async def test_the_session_limit_counts_every_session_the_sdk_opens_however_the_headers_are_written(
+async def test_the_session_limit_counts_every_session_opened_however_the_headers_are_written(
     versions: list[tuple[bytes, bytes]],
 ) -> None:
     headers = [(b"accept", b"application/json, text/event-stream"), (b"content-type", b"application/json")]
     async with in_process(raw_config(sessions_per_principal=2)) as (app, manager):
         statuses = [await call(app, [*headers, *versions], compact(initialize())) for _ in range(5)]
         assert statuses == [200, 200, 429, 429, 429]
-        assert len(manager._session_owners) == 2  # the SDK's own record of the sessions it opened
+        assert len(manager.sessions) == 2  # the sessions opened
 
 
 def test_a_request_is_classified_as_the_sdk_reads_its_headers_first_field_and_exact_name() -> None:

@@ -4,13 +4,13 @@ Every reliance lives in `mcpg_gateway.sdk`; each test here drives the SDK itself
 called as an HTTP server would, or a whole gateway on loopback with the SDK's client), so an SDK upgrade that
 changes one fails here first, and names it:
 
-- a session's per-connection scratch is one across its requests, and its exit stack is unwound when the session
-  ends, which closes the gateway's subscriber of it (`sdk/connection.py`);
-- the manager's record of who opened each session counts a session opened and stops counting it once deleted
-  (`sdk/owners.py`, the session limit);
+- a session's scratch is one across its requests, and its exit stack is unwound when the session ends, which
+  closes the gateway's subscriber of it (`sdk/connection.py`);
+- the sessions kept at the door count a session opened and stop counting it once deleted (`sdk/manager.py`, the
+  session limit); ending one answers its id 404 from then on;
 - a request opens a session exactly when `sdk.requests.classify` says it does; the SDK refuses a body as JSON
-  exactly when `sdk.requests.parsed` does, in each era; and it serves no GET carrying `Last-Event-ID` without an
-  event store, which is why `mcp_requests.Front` drops the header;
+  exactly when `sdk.requests.parsed` does, in each era; and a GET carrying `Last-Event-ID` is served as a fresh
+  stream (no event store);
 - the notification path (`fanout/frames.py`) writes the bytes the SDK would write for the same message in each
   era (compared with the SDK's own encoders).
 """
@@ -45,7 +45,7 @@ from mcpg_gateway.fanout.states import STATE_META_KEY
 from mcpg_gateway.identity import Principal
 from mcpg_gateway.sdk import connection as connections
 from mcpg_gateway.sdk import manager as managers
-from mcpg_gateway.sdk import owners, requests, responses, sessions
+from mcpg_gateway.sdk import requests, responses
 from mcpg_gateway.sdk.auth import AuthenticatedUser
 from mcpg_gateway.sdk.protocol import SUBSCRIPTION_ID_META_KEY
 from mcpg_testing import BOUND_S
@@ -229,11 +229,13 @@ def _message_body(method: str, request_id: int | None = None, **params: Any) -> 
 
 
 @contextlib.asynccontextmanager
-async def served(server: Server[Any] | None = None) -> AsyncIterator[tuple[managers.SessionManager, ASGIApp]]:
+async def served(
+    server: Server[Any] | None = None, idle_timeout_s: float = 60
+) -> AsyncIterator[tuple[managers.SessionManager, ASGIApp]]:
     """A manager built as the gateway builds it (for `server`, or one with no handlers), running; its ASGI app.
     (Not a fixture: the manager's task group must be left in the task that entered it.)"""
     manager = managers.session_manager(
-        server or Server("contract"), idle_timeout_s=60, max_sessions=10, max_body_bytes=1 << 20
+        server or Server("contract"), idle_timeout_s=idle_timeout_s, max_sessions=10, max_body_bytes=1 << 20
     )
     async with manager.run():
         yield manager, managers.asgi_app(manager)
@@ -340,7 +342,11 @@ async def test_a_session_s_subscriber_is_closed_when_its_session_ends(gateway_fa
     await until(lambda: session_subscribers() == 0)
 
 
-# --- who opened each session (`sdk/owners.py`) ------------------------------------------------------------------
+# --- the sessions kept at the door (`sdk/manager.py`) ------------------------------------------------------------
+
+
+IDLE_S = 1.0
+"""Long enough that a session's GET stream has started well before the session could expire."""
 
 
 async def test_ending_a_session_answers_its_id_404_and_unwinds_its_exit_stack() -> None:
@@ -350,27 +356,80 @@ async def test_ending_a_session_answers_its_id_404_and_unwinds_its_exit_stack() 
         for session, uri in ((first, "a://1"), (second, "b://1")):
             body = _message_body("resources/subscribe", 2, uri=uri)
             assert (await ask(app, "POST", [*_ACCEPT, *session], body, ALICE)).status == 200
-        open_sessions = sessions.OpenSessions(manager)
-        assert sorted(open_sessions.owners().values()) == ["alice", "alice"]
-        await open_sessions.end(dict(first)[_S].decode())
+        assert sorted(manager.owners().values()) == ["alice", "alice"]
+        await manager.end(dict(first)[_S].decode())
         await until(lambda: scratches.ended == ["a://1"])  # as a DELETE would: its stack unwound, the other's not
         answer = await ask(app, "POST", [*_ACCEPT, *first], _message_body("resources/subscribe", 3, uri="a://2"), ALICE)
         assert answer.status == 404
-        assert list(open_sessions.owners()) == [dict(second)[_S].decode()]
+        assert list(manager.owners()) == [dict(second)[_S].decode()]
+
+
+async def test_a_session_idle_past_its_timeout_ends_but_not_one_with_a_get_stream_open() -> None:
+    scratches = _Scratches()
+    server = Server("contract", on_subscribe_resource=scratches.subscribe)
+    async with served(server, idle_timeout_s=IDLE_S) as (manager, app):
+        listening = await open_session(app, ALICE)
+        started, leave = asyncio.Event(), asyncio.Event()
+        stream = asyncio.create_task(hold_get_stream(app, listening, started, leave))
+        await asyncio.wait_for(started.wait(), BOUND_S)
+        # The listening session subscribes first, so were its stream not keeping it, it would expire first.
+        body = _message_body("resources/subscribe", 2, uri="b://1")
+        assert (await ask(app, "POST", [*_ACCEPT, *listening], body, ALICE)).status == 200
+        idle = await open_session(app, ALICE)
+        body = _message_body("resources/subscribe", 2, uri="a://1")
+        assert (await ask(app, "POST", [*_ACCEPT, *idle], body, ALICE)).status == 200
+        await until(lambda: scratches.ended == ["a://1"])  # its exit stack unwound: the implicit unsubscribe
+        assert list(manager.owners()) == [dict(listening)[_S].decode()]  # an open GET stream is a request in flight
+        leave.set()
+        assert await stream == 200
+        await until(lambda: scratches.ended == ["a://1", "b://1"])  # idle once its stream is left
+
+
+async def test_every_session_ends_when_the_manager_stops() -> None:
+    scratches = _Scratches()
+    async with served(Server("contract", on_subscribe_resource=scratches.subscribe)) as (manager, app):
+        session = await open_session(app, ALICE)
+        body = _message_body("resources/subscribe", 2, uri="a://1")
+        assert (await ask(app, "POST", [*_ACCEPT, *session], body, ALICE)).status == 200
+    assert scratches.ended == ["a://1"]
+    assert manager.owners() == {}
+
+
+async def hold_get_stream(
+    app: ASGIApp, session: list[tuple[bytes, bytes]], started: asyncio.Event, leave: asyncio.Event
+) -> int | None:
+    """Open the session's GET stream (`started` set once it has) and hold it until `leave` is set: its status."""
+    scope = mcp_scope("GET", [(b"accept", b"text/event-stream"), *session])
+    scope["user"] = ALICE
+    status: int | None = None
+
+    async def receive() -> Message:
+        await leave.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: Message) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+            started.set()
+
+    await app(scope, receive, send)
+    return status
 
 
 async def test_the_session_record_counts_a_session_opened_and_not_once_it_is_deleted() -> None:
     async with served() as (manager, app):
-        assert owners.held(manager, "alice") == 0
+        held = manager.sessions.held
+        assert held("alice") == 0
         session = await open_session(app, ALICE)
-        assert (owners.held(manager, "alice"), owners.held(manager, "bob")) == (1, 0)
+        assert (held("alice"), held("bob")) == (1, 0)
         session_id = dict(session)[_S].decode()
-        assert list(owners.open_ids(manager)) == [session_id]
-        assert owners.held(manager, "alice", among={session_id}) == 1
-        assert owners.held(manager, "alice", among=set()) == 0
+        assert list(manager.sessions.ids()) == [session_id]
+        assert held("alice", among={session_id}) == 1
+        assert held("alice", among=set()) == 0
         assert (await ask(app, "DELETE", session, user=ALICE)).status == 200
-        await until(lambda: owners.held(manager, "alice") == 0)
-        assert list(owners.open_ids(manager)) == []
+        assert held("alice") == 0  # ended before its answer went out
+        assert list(manager.sessions.ids()) == []
 
 
 async def test_the_session_limit_counts_a_session_opened_then_deleted(gateway_factory: GatewayFactory) -> None:
@@ -419,7 +478,7 @@ async def test_the_sdk_opens_a_session_exactly_for_the_requests_the_gateway_clas
     # field of an exact lower-case name), or a principal opens sessions the limit never counts.
     async with served() as (manager, app):
         await ask(app, "POST", [*_ACCEPT, *headers], _INITIALIZE, ALICE)
-        opened = owners.held(manager, "alice") == 1
+        opened = manager.sessions.held("alice") == 1
     assert opened is requests.classify({"type": "http", "headers": headers}).opens_session
 
 
@@ -447,13 +506,14 @@ async def test_the_sdk_refuses_a_body_as_json_exactly_when_the_envelope_check_s_
     assert (answer.error_code() == PARSE_ERROR) is (requests.parsed(body, era) is requests.UNREAD)
 
 
-async def test_the_sdk_serves_no_get_stream_asked_to_resume_without_an_event_store() -> None:
-    # Which is why `mcp_requests.Front` drops `Last-Event-ID` (the gateway runs no event store): through it, the
-    # same GET is served as a fresh stream.
+async def test_a_get_stream_asked_to_resume_is_served_fresh() -> None:
+    # The gateway runs no event store: nothing is replayed, the GET is served as a fresh stream, at the door
+    # (the SDK's stateful transport served none, `test_handshake_answers.py`) and through `mcp_requests.Front`,
+    # which drops `Last-Event-ID` so the SDK never reads it.
     async with served() as (_, app):
         stream = [(b"accept", b"text/event-stream"), *await open_session(app)]
         resume = [*stream, (requests.LAST_EVENT_ID_HEADER, b"stream-1:7")]
-        assert (await ask(app, "GET", resume)).status != 200
-        fresh = await ask(mcp_requests.Front(app), "GET", resume)
-    assert fresh.status == 200
-    assert fresh.headers[b"content-type"].startswith(b"text/event-stream")
+        answers = [await ask(app, "GET", resume), await ask(mcp_requests.Front(app), "GET", resume)]
+    for answer in answers:
+        assert answer.status == 200
+        assert answer.headers[b"content-type"].startswith(b"text/event-stream")
