@@ -51,8 +51,9 @@ class HandshakeDoor:
     def __init__(self, app: ASGIApp, sessions: HandshakeSessions) -> None:
         """`app`: the SDK's session manager in stateless mode."""
         self._app, self._sessions = app, sessions
-        self._streams: dict[str, asyncio.Event] = {}
-        """The sessions with a GET stream open, and what ends it early (the session ending)."""
+        self._streams: dict[str, asyncio.Future[bool]] = {}
+        """The sessions with a GET stream open, each with what ends it: True, the session ended; False, the
+        client left."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -93,9 +94,7 @@ class HandshakeDoor:
 
     def _forget(self, session_id: str) -> HandshakeSession | None:
         """The session's id answers 404 from now on, and its GET stream ends."""
-        ended = self._streams.get(session_id)
-        if ended is not None:
-            ended.set()
+        _settle(self._streams.get(session_id), True)
         return self._sessions.forget(session_id)
 
     async def _delete(self, session: HandshakeSession, scope: Scope, receive: Receive, send: Send) -> None:
@@ -161,18 +160,16 @@ class HandshakeDoor:
         return status
 
     async def _get(self, session: HandshakeSession, scope: Scope, receive: Receive, send: Send) -> None:
-        transport = _transport(session.id)
-        request = Request(scope, receive)
-        _, accepts_sse = check_accept_headers(request)
+        _, accepts_sse = check_accept_headers(Request(scope, receive))
         if not accepts_sse:
             message = "Not Acceptable: Client must accept text/event-stream"
-            await transport._create_error_response(message, HTTPStatus.NOT_ACCEPTABLE)(scope, receive, send)
+            await _refuse(session.id, message, HTTPStatus.NOT_ACCEPTABLE, scope, receive, send)
             return
         if session.id in self._streams:
             message = "Conflict: Only one SSE stream is allowed per session"
-            await transport._create_error_response(message, HTTPStatus.CONFLICT)(scope, receive, send)
+            await _refuse(session.id, message, HTTPStatus.CONFLICT, scope, receive, send)
             return
-        ended = self._streams[session.id] = asyncio.Event()
+        ended = self._streams[session.id] = asyncio.get_running_loop().create_future()
         self._sessions.begin(session)
         try:
             headers = [*SSE_HEADERS, (requests.SESSION_HEADER, session.id.encode())]
@@ -184,24 +181,30 @@ class HandshakeDoor:
                 self._sessions.done(session)
 
 
-async def _held_open(receive: Receive, send: Send, ended: asyncio.Event) -> None:
-    """Until the client leaves or `ended` is set, pinging every `PING_INTERVAL_S`; then the stream's end."""
-    leaving = asyncio.ensure_future(_until_disconnect(receive))
-    ending = asyncio.ensure_future(ended.wait())
+async def _held_open(receive: Receive, send: Send, ended: asyncio.Future[bool]) -> None:
+    """Until the client leaves or the session ends (`ended`), pinging every `PING_INTERVAL_S`; then, if the session
+    ended, the stream's end. (One task besides the request's own, as every open stream costs its share at 10,000
+    sessions: the one that notices the client leave.)"""
+    leaving = asyncio.get_running_loop().create_task(_until_disconnect(receive))
+    leaving.add_done_callback(lambda _: _settle(ended, False))
     try:
         while True:
-            done, _ = await asyncio.wait(
-                {leaving, ending}, timeout=PING_INTERVAL_S, return_when=asyncio.FIRST_COMPLETED
-            )
-            if leaving in done:
-                return
-            if ending in done:
+            try:
+                async with asyncio.timeout(PING_INTERVAL_S):
+                    session_ended = await asyncio.shield(ended)
+            except TimeoutError:
+                await send({"type": "http.response.body", "body": PING, "more_body": True})
+                continue
+            if session_ended:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
-                return
-            await send({"type": "http.response.body", "body": PING, "more_body": True})
+            return
     finally:
         leaving.cancel()
-        ending.cancel()
+
+
+def _settle(ended: asyncio.Future[bool] | None, session_ended: bool) -> None:
+    if ended is not None and not ended.done():
+        ended.set_result(session_ended)
 
 
 async def _until_disconnect(receive: Receive) -> None:
@@ -241,6 +244,13 @@ def _is_initialize(body: bytes) -> bool:
     except ValueError:
         return False
     return isinstance(message, dict) and message.get("method") == "initialize"
+
+
+async def _refuse(
+    session_id: str, message: str, status: HTTPStatus, scope: Scope, receive: Receive, send: Send
+) -> None:
+    """The transport's own error answer, naming the session."""
+    await _transport(session_id)._create_error_response(message, status)(scope, receive, send)
 
 
 def _transport(session_id: str) -> StreamableHTTPServerTransport:

@@ -44,8 +44,8 @@ from mcpg_gateway.fanout.endings import WATCH_META_KEY
 from mcpg_gateway.fanout.states import STATE_META_KEY
 from mcpg_gateway.identity import Principal
 from mcpg_gateway.sdk import connection as connections
+from mcpg_gateway.sdk import door, requests, responses
 from mcpg_gateway.sdk import manager as managers
-from mcpg_gateway.sdk import requests, responses
 from mcpg_gateway.sdk.auth import AuthenticatedUser
 from mcpg_gateway.sdk.protocol import SUBSCRIPTION_ID_META_KEY
 from mcpg_testing import BOUND_S
@@ -393,6 +393,34 @@ async def test_every_session_ends_when_the_manager_stops() -> None:
         assert (await ask(app, "POST", [*_ACCEPT, *session], body, ALICE)).status == 200
     assert scratches.ended == ["a://1"]
     assert manager.owners() == {}
+
+
+async def test_a_get_stream_is_pinged_while_open_and_ended_with_its_session(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(door, "PING_INTERVAL_S", 0.01)
+    async with served() as (manager, app):
+        session = await open_session(app, ALICE)
+        scope = mcp_scope("GET", [(b"accept", b"text/event-stream"), *session])
+        scope["user"] = ALICE
+        bodies: list[Message] = []
+        pinged = asyncio.Event()
+
+        async def send(message: Message) -> None:
+            if message["type"] == "http.response.body":
+                bodies.append(message)
+                pinged.set()
+
+        never = asyncio.Event()
+
+        async def receive() -> Message:
+            await never.wait()  # the client stays
+            return {"type": "http.disconnect"}
+
+        stream = asyncio.ensure_future(app(scope, receive, send))
+        await asyncio.wait_for(pinged.wait(), BOUND_S)
+        assert bodies[0] == {"type": "http.response.body", "body": door.PING, "more_body": True}
+        await manager.end(dict(session)[_S].decode())
+        await asyncio.wait_for(stream, BOUND_S)
+    assert bodies[-1] == {"type": "http.response.body", "body": b"", "more_body": False}
 
 
 async def hold_get_stream(
