@@ -4,7 +4,9 @@ The upstream is an aiohttp server process that counts hits per path prefix, so t
 and the reference's (/ref/items/…) are counted apart. The reference is a bare loop: N tasks that each GET the
 same body and take its SHA-256 every 10 s, over one aiohttp session set up as the gateway's (connections per
 upstream, no cookie jar). CPU per poll = the process's CPU time over the window / the polls the upstream counted in
-that window.
+that window. The window is a whole number of poll intervals (`whole_intervals`): both sides poll in bursts, one
+per interval, and a window of 25 s caught two bursts of one side and three of the other depending on where its
+edges fell, which moved the reference's CPU per poll between 0.115 and 0.183 ms from round to round.
 
 The reference's tasks all start at one instant, so their polls come in bursts that share event-loop wake-ups;
 the gateway's watches start as subscriptions arrive, and its interval sleeps end on a 100 ms grid
@@ -87,10 +89,17 @@ def start_gateway(workdir: Path, upstream: str, uris: int) -> tuple[procs.Gatewa
     return gw, clients
 
 
+def whole_intervals(window_s: float) -> float:
+    """`window_s` rounded to a whole number of poll intervals (at least one): over whole periods each side's
+    polls and CPU are counted alike wherever the window's edges fall in its bursts."""
+    interval_s = INTERVAL_MS / 1000
+    return max(1, round(window_s / interval_s)) * interval_s
+
+
 def measure(pids: dict[str, int], upstream: str, warmup_s: float, window_s: float) -> dict[str, dict[str, float]]:
     time.sleep(warmup_s)
     before = {k: (procs.cpu_seconds(pid), hits(upstream, prefix(k))) for k, pid in pids.items()}
-    time.sleep(window_s)
+    time.sleep(whole_intervals(window_s))
     out = {}
     for k, pid in pids.items():
         cpu, polls = procs.cpu_seconds(pid) - before[k][0], hits(upstream, prefix(k)) - before[k][1]
@@ -122,7 +131,7 @@ def run(workdir: Path, uris: int, warmup_s: float, window_s: float, smoke: bool)
     port = procs.free_port()
     upstream = f"http://127.0.0.1:{port}"
     up = procs.Proc([procs.PY, "-c", UPSTREAM, str(port)], stderr=subprocess.DEVNULL)
-    result: dict[str, Any] = {"uris": uris, "interval_s": INTERVAL_MS / 1000}
+    result: dict[str, Any] = {"uris": uris, "interval_s": INTERVAL_MS / 1000, "window_s": whole_intervals(window_s)}
     try:
         procs.wait_http(f"{upstream}/_hits")
         rounds = [_together(workdir, upstream, uris, warmup_s, window_s) for _ in range(1 if smoke else ROUNDS)]

@@ -384,16 +384,18 @@ METHOD = """## What each scenario measures
    records the delivery id. Compared: requests per CPU-second of the server (pinned to CPU 0), the best of two
    alternating rounds each; one Python generator does not saturate the server, so its requests/s are shown,
    not compared.
-3. **Poll watchers at scale**: one resource template, 1,000 concrete URIs subscribed (one legacy session and
-   one listen stream, 500 URIs each), polled at the 10 s floor against a local aiohttp upstream process. Gateway
-   CPU time (`/proc/<pid>/stat`) over a 25 s window after a 12 s warm-up, divided by the polls the upstream
-   counted in that window; RSS at the end. Reference: a bare loop process doing the same GETs + SHA-256 every
-   10 s per URI with aiohttp (one session, the gateway's connector limit), measured the same way over the same
-   window. Three consecutive rounds, each a fresh reference process and a fresh gateway running together; the bar
-   holds in each, and the row shows the worst round and every round's ratio. Together, because measured alone in
-   turn the reference's own CPU per poll moved from 0.14 to 0.235 ms between rounds (the kernel's loopback work is
-   charged to the sending process and depends on the upstream's state), swinging the ratio from 1.17x to 2.11x with
-   the gateway steady within 0.26 to 0.30 ms.
+3. **Poll watchers at scale**: one resource template, 1,000 concrete URIs subscribed (one legacy session and one
+   listen stream, 500 URIs each), polled at the 10 s floor against a local aiohttp upstream process. Gateway CPU time
+   (`/proc/<pid>/stat`) over a 30 s window after a 12 s warm-up, divided by the polls the upstream counted in that
+   window; RSS at the end. The window is three whole poll intervals: each side polls in one burst per interval, and the
+   25 s window it had before caught two bursts of a side or three depending on where its edges fell, which alone moved
+   the reference between 0.115 and 0.183 ms a poll. Reference: a bare loop process doing the same GETs + SHA-256 every
+   10 s per URI with aiohttp (one session, the gateway's connector limit), measured the same way over the same window.
+   Three consecutive rounds, each a fresh reference process and a fresh gateway running together; the bar holds in each,
+   and the row shows the worst round and every round's ratio. Together, because measured alone in turn the reference's
+   own CPU per poll moved from 0.14 to 0.235 ms between rounds (the kernel's loopback work is charged to the sending
+   process and depends on the upstream's state), swinging the ratio from 1.17x to 2.11x with the gateway steady within
+   0.26 to 0.30 ms.
 4. **Memory per subscription**: RSS of the gateway with 10,000 subscriptions: 1,000 sessions (500 legacy,
    500 listen) x 10 URIs each, over 1,000 webhook resources (no upstream reads). References: the SDK server
    and the wire server of scenario 1 holding the same sessions and subscriptions. KB/session is (loaded RSS -

@@ -45,7 +45,7 @@ PRINCIPALS = 3
 HOOK = "memory-hook"
 URIS = 30
 """Watched URIs, 10 for each principal: a watch is a principal's distinct URI, and the fitted `watches_total`
-(36 at 256 MiB) holds these 30."""
+(76 at 256 MiB) holds these 30."""
 PER_SESSION = 10
 """Subscriptions each admitted session makes (the `watches_per_principal` default): every session is as heavy as
 the per-session cost the caps are fitted with (benchmark 4c: a GET stream and 10 subscriptions)."""
