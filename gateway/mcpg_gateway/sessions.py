@@ -27,6 +27,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from mcpg_gateway import errors, mcp_requests
 from mcpg_gateway.handshake_sessions import HandshakeSessions
 from mcpg_gateway.metrics import Metrics
+from mcpg_gateway.sdk import auth
 from mcpg_gateway.sdk.requests import SESSION_HEADER
 
 logger = logging.getLogger(__name__)
@@ -109,7 +110,4 @@ def _opener(scope: Scope) -> str | None:
     """The principal of a request that would open a session; None for any other request."""
     if scope["type"] != "http" or not mcp_requests.of(scope).opens_session:
         return None
-    user = scope.get("user")
-    token = getattr(user, "access_token", None)
-    client_id = getattr(token, "client_id", None)
-    return client_id if isinstance(client_id, str) else None
+    return auth.client_id(scope)

@@ -30,15 +30,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcpg_gateway import mcp_requests
 from mcpg_gateway.fanout import eager
+from mcpg_gateway.sdk.responses import PING, PING_INTERVAL_S
 
 logger = logging.getLogger(__name__)
 
 SCOPE_KEY = "mcpg.stream"
 EVENT_STREAM = b"text/event-stream"
-PING = b": ping\r\n\r\n"
-"""An SSE comment, as the SDK keeps a quiet stream alive so a proxy's idle-read timeout does not close it."""
-PING_INTERVAL_S = 15.0
-"""As often as the SDK pings a stream it carries."""
 
 Body = Callable[[], Awaitable[bytes]]
 """What carries a stream on past the SDK: writes to it until it should end, then gives its last event."""

@@ -2,9 +2,10 @@
 
 Over HTTP the SDK's starlette backend asks a `TokenVerifier` (`identity.Identity`) about the bearer token,
 `RequireAuthMiddleware` answers 401 with `WWW-Authenticate`, and `AuthContextMiddleware` puts the caller into the
-context every handler reads (`current_token`). The SDK binds each stateful session to the `client_id` and
-`subject` of the `AccessToken` that opened it. On stdio there is no token: `act_as` puts one principal's token
-into that same context for the whole connection (every task the connection starts copies it).
+context every handler reads (`current_token`). The gateway binds each handshake-era session to the `client_id` of
+the `AccessToken` that opened it (`client_id`, read at the door `sdk/door.py` and by the session limit). On stdio
+there is no token: `act_as` puts one principal's token into that same context for the whole connection (every task
+the connection starts copies it).
 """
 
 from __future__ import annotations
@@ -13,14 +14,29 @@ from mcp.server.auth.middleware.auth_context import AuthContextMiddleware, auth_
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, BearerAuthBackend, RequireAuthMiddleware
 from mcp.server.auth.provider import AccessToken
 from starlette.middleware.authentication import AuthenticationMiddleware
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Scope
 
-__all__ = ["AccessToken", "AuthenticatedUser", "BearerAuthBackend", "act_as", "current_token", "required"]
+__all__ = [
+    "AccessToken",
+    "AuthenticatedUser",
+    "BearerAuthBackend",
+    "act_as",
+    "client_id",
+    "current_token",
+    "required",
+]
 
 
 def current_token() -> AccessToken | None:
     """The token of the caller whose request is being handled; None if there is none."""
     return get_access_token()
+
+
+def client_id(scope: Scope) -> str | None:
+    """The `client_id` of the caller the auth middleware left in the request's scope; None without one."""
+    token = getattr(scope.get("user"), "access_token", None)
+    found = getattr(token, "client_id", None)
+    return found if isinstance(found, str) else None
 
 
 def act_as(token: AccessToken) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from http import HTTPStatus
 from typing import Any
 
@@ -32,12 +33,11 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcpg_gateway.handshake_sessions import HandshakeSession, HandshakeSessions
-from mcpg_gateway.sdk import requests
+from mcpg_gateway.sdk import auth, requests
+from mcpg_gateway.sdk.responses import PING, PING_INTERVAL_S
 
 SCOPE_KEY = "mcpg.handshake_session"
 """Where a request on a session carries it, for the handlers (`sdk/connection.py`)."""
-PING = b": ping\r\n\r\n"
-PING_INTERVAL_S = 15.0
 SSE_HEADERS = [
     (b"cache-control", b"no-cache, no-transform"),
     (b"connection", b"keep-alive"),
@@ -63,7 +63,7 @@ class HandshakeDoor:
         if request.era is not requests.Era.HANDSHAKE:
             await self._app(scope, receive, send)
             return
-        owner = _owner(scope)
+        owner = auth.client_id(scope) or ""  # behind authentication (`identity.protect`): always a caller
         if request.session_id is None:
             await self._open(scope, receive, send, owner)
             return
@@ -260,9 +260,7 @@ def _transport(session_id: str) -> StreamableHTTPServerTransport:
 
 
 def _fresh_id() -> str:
-    import uuid
-
-    return uuid.uuid4().hex
+    return uuid.uuid4().hex  # as the SDK's manager makes a session id
 
 
 async def _manager_error(send: Send, message: str, status: HTTPStatus, code: int = INVALID_REQUEST) -> None:
@@ -273,9 +271,3 @@ async def _manager_error(send: Send, message: str, status: HTTPStatus, code: int
     headers = [(b"content-length", str(len(body)).encode()), (b"content-type", b"application/json")]
     await send({"type": "http.response.start", "status": int(status), "headers": headers})
     await send({"type": "http.response.body", "body": body})
-
-
-def _owner(scope: Scope) -> str:
-    token = getattr(scope.get("user"), "access_token", None)
-    client_id = getattr(token, "client_id", None)
-    return client_id if isinstance(client_id, str) else ""

@@ -1,4 +1,5 @@
-"""A request's answer as the SDK's 2026-07-28 transport writes it as the last event of an SSE response.
+"""A request's answer as the SDK's 2026-07-28 transport writes it as the last event of an SSE response, and the
+ping that keeps a quiet SSE stream open, as the SDK writes it.
 
 A listen stream outlives the SDK's handling of its request: once the stream is acknowledged the gateway carries
 it at the ASGI seam (`fanout/streams.py`) and the SDK's per-request machinery is let go. The stream still ends
@@ -18,6 +19,11 @@ from mcp.server.connection import Connection
 from mcp.server.runner import ServerRunner
 from mcp.types import JSONRPCResponse, RequestId
 from pydantic import BaseModel
+
+PING = b": ping\r\n\r\n"
+"""An SSE comment, as the SDK keeps a quiet stream alive so a proxy's idle-read timeout does not close it."""
+PING_INTERVAL_S = 15.0
+"""As often as the SDK pings a stream (sse_starlette's default)."""
 
 
 def result_event(server: Server[Any], version: str, method: str, request_id: RequestId, result: BaseModel) -> bytes:

@@ -14,6 +14,7 @@ import pytest
 from starlette.types import Message
 
 from mcpg_gateway.fanout import streams
+from mcpg_gateway.sdk import responses
 from mcpg_testing import BOUND_S, stuck
 from mcpg_testing.configs import gateway_config, watched
 from mcpg_testing.gateways import GatewayFactory, RunningGateway
@@ -72,8 +73,8 @@ async def test_a_carried_stream_is_pinged_gets_its_notifications_and_ends_with_i
     monkeypatch.setattr(streams, "PING_INTERVAL_S", 0.05)
     sock = await stuck.listen_stream(gw.port, HOOK)
     try:
-        await read_until(sock, streams.PING)
-        await read_until(sock, streams.PING)  # and again: the ping is rescheduled
+        await read_until(sock, responses.PING)
+        await read_until(sock, responses.PING)  # and again: the ping is rescheduled
         assert await gw.gw.fanout.fire(HOOK, "webhook") == 1
         updated = await read_until(sock, b"notifications/resources/updated")
         assert HOOK.encode() in updated
@@ -103,7 +104,7 @@ async def test_a_stream_whose_client_reads_nothing_has_one_ping_waiting_not_one_
     )
     for _ in range(5):
         stream._ping_now()
-    assert writes == [streams.PING]
+    assert writes == [responses.PING]
     assert stream._ping is not None
     stream._ping.cancel()
     assert stream._pinging is not None

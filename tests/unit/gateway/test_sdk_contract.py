@@ -230,12 +230,12 @@ def _message_body(method: str, request_id: int | None = None, **params: Any) -> 
 
 @contextlib.asynccontextmanager
 async def served(
-    server: Server[Any] | None = None, idle_timeout_s: float = 60
+    server: Server[Any] | None = None, idle_timeout_s: float = 60, max_sessions: int = 10
 ) -> AsyncIterator[tuple[managers.SessionManager, ASGIApp]]:
     """A manager built as the gateway builds it (for `server`, or one with no handlers), running; its ASGI app.
     (Not a fixture: the manager's task group must be left in the task that entered it.)"""
     manager = managers.session_manager(
-        server or Server("contract"), idle_timeout_s=idle_timeout_s, max_sessions=10, max_body_bytes=1 << 20
+        server or Server("contract"), idle_timeout_s=idle_timeout_s, max_sessions=max_sessions, max_body_bytes=1 << 20
     )
     async with manager.run():
         yield manager, managers.asgi_app(manager)
@@ -417,10 +417,48 @@ async def test_a_get_stream_is_pinged_while_open_and_ended_with_its_session(monk
 
         stream = asyncio.ensure_future(app(scope, receive, send))
         await asyncio.wait_for(pinged.wait(), BOUND_S)
-        assert bodies[0] == {"type": "http.response.body", "body": door.PING, "more_body": True}
+        assert bodies[0] == {"type": "http.response.body", "body": responses.PING, "more_body": True}
         await manager.end(dict(session)[_S].decode())
         await asyncio.wait_for(stream, BOUND_S)
     assert bodies[-1] == {"type": "http.response.body", "body": b"", "more_body": False}
+
+
+async def test_openings_past_the_cap_check_are_refused_once_another_took_the_last_session() -> None:
+    # Both openings pass the cap check (made before any body is read); one session is left, so the second to
+    # finish reading its body is refused with the cap's 503, and no session over the cap is opened.
+    async with served(max_sessions=1) as (manager, app):
+        waiting, arrived = [asyncio.Event(), asyncio.Event()], asyncio.Event()
+        answers: list[int] = []
+
+        async def opening(reading: asyncio.Event) -> None:
+            scope = mcp_scope("POST", _ACCEPT)
+            scope["user"] = ALICE
+            answered, sent_body = asyncio.Event(), False
+
+            async def receive() -> Message:
+                nonlocal sent_body
+                if sent_body:  # after the body, only the client leaving, once it has its answer
+                    await answered.wait()
+                    return {"type": "http.disconnect"}
+                reading.set()
+                await arrived.wait()
+                sent_body = True
+                return {"type": "http.request", "body": _INITIALIZE, "more_body": False}
+
+            async def send(message: Message) -> None:
+                if message["type"] == "http.response.start":
+                    answers.append(message["status"])
+                elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                    answered.set()
+
+            await app(scope, receive, send)
+
+        both = [asyncio.create_task(opening(reading)) for reading in waiting]
+        await asyncio.wait_for(asyncio.gather(*(reading.wait() for reading in waiting)), BOUND_S)
+        arrived.set()
+        await asyncio.wait_for(asyncio.gather(*both), BOUND_S)
+        assert sorted(answers) == [200, 503]
+        assert len(manager.sessions) == 1
 
 
 async def hold_get_stream(
