@@ -5,6 +5,13 @@ kept here (`handshake_sessions.py`, at the door `sdk/door.py`) rather than by th
 per-session server task, task group, memory streams and GET stream tasks were most of what a session cost (issue
 36: 134 KB a session); each request is served by the SDK in stateless mode, which owns the protocol as before.
 
+Requests are answered as one JSON object (`json_response`), not as an SSE stream carrying it: the spec lets a
+server answer either way and requires clients to take both, and the gateway sends nothing in a request's course
+(no progress, no log messages, no requests to the client) that needs a stream. An SSE answer cost a handshake-era
+session a fifth of its RSS after the door (issue 36: sse_starlette's five tasks and their reference cycles, on each
+of the twelve requests that open and subscribe it; 47.3 -> 39.6 KB a session). A listen is a stream anyway: the
+SDK answers `subscriptions/listen` over SSE whatever the setting.
+
 The manager is entered around both HTTP servers (`servers.py`), not tied to a Starlette lifespan, so a shutdown can
 end listen streams before it closes the sessions. While it runs, sessions idle past their timeout end
 (`REAP_INTERVAL_S`); when it stops, every session ends (each unwinds its exit stack: the implicit unsubscribe).
@@ -39,7 +46,9 @@ class SessionManager:
     def __init__(self, server: Server[Any], *, idle_timeout_s: float, max_sessions: int, max_body_bytes: int) -> None:
         """Sessions idle for `idle_timeout_s` end, at most `max_sessions` are open (a new one is answered 503 past
         it), and the SDK reads no request body over `max_body_bytes`."""
-        self._sdk = StreamableHTTPSessionManager(server, stateless=True, max_request_body_size=max_body_bytes)
+        self._sdk = StreamableHTTPSessionManager(
+            server, stateless=True, json_response=True, max_request_body_size=max_body_bytes
+        )
         self.sessions = HandshakeSessions(max_sessions, idle_timeout_s, time.monotonic)
         self._door = HandshakeDoor(StreamableHTTPASGIApp(self._sdk), self.sessions)
         self._reap_every_s = min(REAP_INTERVAL_S, max(idle_timeout_s / 10, 0.01))

@@ -138,8 +138,18 @@ CASES = [
         _INITIALIZE,
         ALICE,
         200,
-        b'event: message\r\ndata: {"jsonrpc":"2.0","id":1,"result":{"capabilities":{},"protocolVersion":"2025-11-25",'
-        b'"serverInfo":{"name":"contract","version":""}}}\r\n\r\n',
+        b'{"jsonrpc":"2.0","id":1,"result":{"capabilities":{},"protocolVersion":"2025-11-25",'
+        b'"serverInfo":{"name":"contract","version":""}}}',
+        True,
+    ),
+    Case(
+        "a request on the session",
+        "POST",
+        lambda s: [*_ACCEPT, *s],
+        LIST,
+        ALICE,
+        200,
+        b'{"jsonrpc":"2.0","id":2,"error":{"code":-32601,"message":"Method not found","data":"resources/list"}}',
         True,
     ),
 ]
@@ -154,9 +164,15 @@ async def door() -> AsyncIterator[ASGIApp]:
 
 @contextlib.asynccontextmanager
 async def stateful() -> AsyncIterator[ASGIApp]:
-    """The SDK's stateful manager, as the gateway built it before the door."""
+    """The SDK's stateful manager, as the gateway built it before the door (but answering in JSON, as the gateway
+    does now: `sdk/manager.py`)."""
     manager = StreamableHTTPSessionManager(
-        Server("contract"), stateless=False, session_idle_timeout=60, max_sessions=10, max_request_body_size=1 << 20
+        Server("contract"),
+        stateless=False,
+        json_response=True,
+        session_idle_timeout=60,
+        max_sessions=10,
+        max_request_body_size=1 << 20,
     )
     async with manager.run():
         yield StreamableHTTPASGIApp(manager)
