@@ -51,9 +51,9 @@ class HandshakeDoor:
     def __init__(self, app: ASGIApp, sessions: HandshakeSessions) -> None:
         """`app`: the SDK's session manager in stateless mode."""
         self._app, self._sessions = app, sessions
-        self._streams: dict[str, asyncio.Future[bool]] = {}
-        """The sessions with a GET stream open, each with what ends it: True, the session ended; False, the
-        client left."""
+        self._streams: dict[str, asyncio.Task[Any]] = {}
+        """The sessions with a GET stream open, each with the request task holding it (cancelled when the
+        session ends)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -94,8 +94,10 @@ class HandshakeDoor:
 
     def _forget(self, session_id: str) -> HandshakeSession | None:
         """The session's id answers 404 from now on, and its GET stream ends."""
-        _settle(self._streams.get(session_id), True)
-        return self._sessions.forget(session_id)
+        session = self._sessions.forget(session_id)
+        if session is not None and (holding := self._streams.pop(session_id, None)) is not None:
+            holding.cancel()  # once: its `_get` sees the session gone, ends the stream and returns
+        return session
 
     async def _delete(self, session: HandshakeSession, scope: Scope, receive: Receive, send: Send) -> None:
         """The transport's answer; a DELETE it accepts ends the session before the answer goes out, so a client may
@@ -169,47 +171,38 @@ class HandshakeDoor:
             message = "Conflict: Only one SSE stream is allowed per session"
             await _refuse(session.id, message, HTTPStatus.CONFLICT, scope, receive, send)
             return
-        ended = self._streams[session.id] = asyncio.get_running_loop().create_future()
+        holding = asyncio.current_task()
+        assert holding is not None  # an ASGI app runs in its request's task
+        self._streams[session.id] = holding
         self._sessions.begin(session)
         try:
             headers = [*SSE_HEADERS, (requests.SESSION_HEADER, session.id.encode())]
             await send({"type": "http.response.start", "status": 200, "headers": headers})
-            await _held_open(receive, send, ended)
+            await _held_open(receive, send)
+        except asyncio.CancelledError:
+            # `_forget` cancels the stream when the session ends: then the stream ends and the request returns;
+            # any other cancellation (the server stopping) is passed on.
+            if self._sessions.get(session.id, session.owner) is session or holding.uncancel() > 0:
+                raise
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
-            del self._streams[session.id]
+            if self._streams.get(session.id) is holding:
+                del self._streams[session.id]
             if self._sessions.get(session.id, session.owner) is session:
                 self._sessions.done(session)
 
 
-async def _held_open(receive: Receive, send: Send, ended: asyncio.Future[bool]) -> None:
-    """Until the client leaves or the session ends (`ended`), pinging every `PING_INTERVAL_S`; then, if the session
-    ended, the stream's end. (One task besides the request's own, as every open stream costs its share at 10,000
-    sessions: the one that notices the client leave.)"""
-    leaving = asyncio.get_running_loop().create_task(_until_disconnect(receive))
-    leaving.add_done_callback(lambda _: _settle(ended, False))
-    try:
-        while True:
-            try:
-                async with asyncio.timeout(PING_INTERVAL_S):
-                    session_ended = await asyncio.shield(ended)
-            except TimeoutError:
-                await send({"type": "http.response.body", "body": PING, "more_body": True})
-                continue
-            if session_ended:
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
+async def _held_open(receive: Receive, send: Send) -> None:
+    """Until the client leaves, pinging every `PING_INTERVAL_S`. Held in the request's own task, with nothing else
+    per stream but its timer: every open stream costs its share at 10,000 sessions (issue 36)."""
+    while True:
+        try:
+            async with asyncio.timeout(PING_INTERVAL_S):
+                while (await receive())["type"] != "http.disconnect":
+                    pass
             return
-    finally:
-        leaving.cancel()
-
-
-def _settle(ended: asyncio.Future[bool] | None, session_ended: bool) -> None:
-    if ended is not None and not ended.done():
-        ended.set_result(session_ended)
-
-
-async def _until_disconnect(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
+        except TimeoutError:
+            await send({"type": "http.response.body", "body": PING, "more_body": True})
 
 
 async def _body(receive: Receive) -> bytes:
