@@ -196,6 +196,10 @@ class Streams:
                     await stream._carry_on(receive)
             finally:
                 stream._end()
+                # The scope holds the stream, the stream uvicorn's `send`, whose request cycle the scope: a
+                # reference cycle per request, freed only by the cyclic collector (issue 36: churn that a session's
+                # twelve opening requests left in the heap). Cut it.
+                scope.pop(SCOPE_KEY, None)
                 if session_id is not None and self._by_session.get(session_id) is stream:
                     del self._by_session[session_id]
 
