@@ -241,6 +241,18 @@ class Deadline:
         self._expire(reason)
 
 
+class GuardState:
+    """What the guard keeps of one connection: its two deadlines, and how it stands."""
+
+    __slots__ = ("closed_by_guard", "lost", "pipelined", "request_deadline", "write_deadline")
+
+    def __init__(self, request_deadline: Deadline, write_deadline: Deadline) -> None:
+        self.request_deadline, self.write_deadline = request_deadline, write_deadline
+        self.pipelined = 0
+        """Requests in a row whose head had arrived before the answer to the one before was complete."""
+        self.closed_by_guard = self.lost = False
+
+
 class GuardedProtocol(H11Protocol):
     """uvicorn's h11 protocol, held to the guard's deadlines and reported to it as waiting or busy.
 
@@ -262,20 +274,25 @@ class GuardedProtocol(H11Protocol):
         _loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         super().__init__(config, server_state, app_state, _loop)
-        self.conn = self._head = request_heads.HeadLimits()
+        self.conn = request_heads.HeadLimits()
         self.logger = logging.getLogger(HTTP_LOGGER)
-        self._request_deadline = Deadline(self.loop, self._request_expired)
-        self._write_deadline = Deadline(self.loop, self.close_for)
-        self._pipelined = 0
-        """Requests in a row whose head had arrived before the answer to the one before was complete."""
-        self._closed_by_guard = self._lost = False
+        # Two attributes more than uvicorn's 25, not seven: at 30 an instance's attribute dict stops sharing its
+        # keys and grows from 296 to 1,584 bytes, on every connection (issue 36).
+        self._g = GuardState(Deadline(self.loop, self._request_expired), Deadline(self.loop, self.close_for))
         self._app, self.app = self.app, self._app_then_linger
+
+    @property
+    def _head(self) -> request_heads.HeadLimits:
+        """`conn`, as the head limits that parse this connection's requests."""
+        head = self.conn
+        assert isinstance(head, request_heads.HeadLimits)
+        return head
 
     # As uvicorn's own override: asyncio's Protocol says BaseTransport, a stream server passes a Transport.
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self.guard.idle(self)
-        self._request_deadline.arm(self.guard.header_timeout_s, "header_timeout")
+        self._g.request_deadline.arm(self.guard.header_timeout_s, "header_timeout")
 
     def data_received(self, data: bytes) -> None:
         before = self.cycle
@@ -290,7 +307,7 @@ class GuardedProtocol(H11Protocol):
             self.close_for("pipelining")
         else:
             self.guard.idle(self)
-            self._request_deadline.arm(self.guard.header_timeout_s, "header_timeout")  # the next one, on keep-alive
+            self._g.request_deadline.arm(self.guard.header_timeout_s, "header_timeout")  # the next one, on keep-alive
         super().on_response_complete()  # may start a pipelined request at once
         self._track(before)
 
@@ -299,15 +316,15 @@ class GuardedProtocol(H11Protocol):
         the connection waits on it as an idle one does."""
         super().pause_writing()
         self.guard.idle(self)
-        self._write_deadline.arm(self.guard.write_timeout_s, "write_timeout")
+        self._g.write_deadline.arm(self.guard.write_timeout_s, "write_timeout")
 
     def resume_writing(self) -> None:
         """asyncio: the client took most of what was queued."""
         super().resume_writing()
         if self.transport.is_closing():  # what is left must still reach it: a fresh deadline, as it made progress
-            self._write_deadline.arm(self.guard.write_timeout_s, "write_timeout")
+            self._g.write_deadline.arm(self.guard.write_timeout_s, "write_timeout")
             return
-        self._write_deadline.disarm()
+        self._g.write_deadline.disarm()
         if self.cycle is not None and not self.cycle.response_complete:
             self.guard.busy(self)  # its answer goes out again
 
@@ -324,10 +341,10 @@ class GuardedProtocol(H11Protocol):
         self._linger()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._lost = True
-        self._request_deadline.disarm()
-        self._write_deadline.disarm()
-        self.guard.lost(self, self._closed_by_guard)
+        self._g.lost = True
+        self._g.request_deadline.disarm()
+        self._g.write_deadline.disarm()
+        self.guard.lost(self, self._g.closed_by_guard)
         super().connection_lost(exc)
 
     def send_400_response(self, msg: str) -> None:
@@ -347,11 +364,11 @@ class GuardedProtocol(H11Protocol):
 
     def close_for(self, reason: str) -> None:
         """Abort, not close: a peer that reads nothing must not keep the descriptor through a pending write."""
-        if self._closed_by_guard:
+        if self._g.closed_by_guard:
             return
-        self._request_deadline.disarm()
-        self._write_deadline.disarm()
-        self._closed_by_guard = True
+        self._g.request_deadline.disarm()
+        self._g.write_deadline.disarm()
+        self._g.closed_by_guard = True
         self.guard.closed_by_guard(self, reason)
         self.transport.abort()
 
@@ -368,20 +385,20 @@ class GuardedProtocol(H11Protocol):
     def _linger(self) -> None:
         """The transport is closing: asyncio keeps it until the client has taken every byte queued for it. So that
         wait has the write deadline (running since the write blocked, if it did), and may be cut for the cap."""
-        if self._lost or self._closed_by_guard or not self.transport.is_closing():
+        if self._g.lost or self._g.closed_by_guard or not self.transport.is_closing():
             return
-        self._request_deadline.disarm()  # no request is awaited any more
+        self._g.request_deadline.disarm()  # no request is awaited any more
         if not self.transport.get_write_buffer_size():
             return  # nothing queued: asyncio releases it on its next pass
         self.guard.idle(self)
-        if not self._write_deadline.armed:
-            self._write_deadline.arm(self.guard.write_timeout_s, "write_timeout")
+        if not self._g.write_deadline.armed:
+            self._g.write_deadline.arm(self.guard.write_timeout_s, "write_timeout")
 
     def _pipelined_too_deep(self) -> bool:
         """At a response's end: is the next request, already (partly) here, one too many sent ahead of answers?"""
         sent_ahead = self._head.buffered > 0 or self.flow.read_paused
-        self._pipelined = self._pipelined + 1 if sent_ahead else 0
-        return self._pipelined > MAX_PIPELINED
+        self._g.pipelined = self._g.pipelined + 1 if sent_ahead else 0
+        return self._g.pipelined > MAX_PIPELINED
 
     def _track(self, before: RequestResponseCycle | None) -> None:
         cycle: RequestResponseCycle | None = self.cycle
@@ -391,11 +408,11 @@ class GuardedProtocol(H11Protocol):
             if not self.flow.write_paused:  # else it waits on its client still, behind the answers before
                 self.guard.busy(self)
             if cycle.more_body:
-                self._request_deadline.arm(self.guard.body_timeout_s, "body_timeout")
+                self._g.request_deadline.arm(self.guard.body_timeout_s, "body_timeout")
             else:
-                self._request_deadline.disarm()
-        elif self._request_deadline.reason == "body_timeout" and not cycle.more_body:
-            self._request_deadline.disarm()
+                self._g.request_deadline.disarm()
+        elif self._g.request_deadline.reason == "body_timeout" and not cycle.more_body:
+            self._g.request_deadline.disarm()
 
     def _request_expired(self, reason: str) -> None:
         if not self.transport.is_closing():  # already on its way out: `_linger` holds it to the write deadline
