@@ -112,7 +112,8 @@ class WebhookWatch:
         return None
 
     async def run(self, fire: base.Fire) -> None:
-        await asyncio.Event().wait()
+        # Until cancelled. A bare future, not an Event: an Event's waiter deque is 624 bytes, one per watched URI.
+        await asyncio.get_running_loop().create_future()
 
     async def close(self) -> None:
         return None
