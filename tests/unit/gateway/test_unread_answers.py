@@ -11,8 +11,8 @@ a healthy client at a full cap gets in at once); pipelining is bounded; an SSE s
 from __future__ import annotations
 
 import asyncio
-import sys
 import socket
+import sys
 from typing import Any
 
 import httpx2
