@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -50,7 +51,8 @@ class Lifetimes:
             self._entries = collections.deque(e for e in self._entries if e.live)
         self._added.set()
         if self.reaper is None or self.reaper.done():
-            self.reaper = asyncio.create_task(self._reap(), name="watch lifetimes")
+            # In a context of its own, not the subscribing request's (held as long as the reaper runs).
+            self.reaper = asyncio.create_task(self._reap(), name="watch lifetimes", context=contextvars.Context())
 
     async def _reap(self) -> None:
         while True:

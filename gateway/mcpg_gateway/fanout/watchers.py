@@ -25,10 +25,11 @@ content digests and they differ: a client reading the URI now gets what the new 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -374,7 +375,7 @@ class WatchRegistry:
 
     def _start(self, binding: catalog.Binding) -> Watcher:
         watcher = self._runner.new(binding)
-        watcher.task = asyncio.create_task(self._runner.run(watcher), name=f"watch {binding.uri}")
+        watcher.task = _detached(self._runner.run(watcher), f"watch {binding.uri}")
         self._watchers[binding.uri] = watcher
         self._metrics.active_watchers.set(len(self._watchers))
         return watcher
@@ -384,7 +385,7 @@ class WatchRegistry:
         new = self._runner.new(binding)
         new.subscribers, old.subscribers = old.subscribers, set()
         before = old.pull.snapshot() if old.pull is not None and old.started.done() else None
-        new.task = asyncio.create_task(self._runner.run_restarted(new, before), name=f"watch {binding.uri}")
+        new.task = _detached(self._runner.run_restarted(new, before), f"watch {binding.uri}")
         self._watchers[binding.uri] = new
         self._stop(old)
 
@@ -402,3 +403,11 @@ class WatchRegistry:
         for sub in list(watcher.subscribers):
             self.end(sub, watcher.uri, Ending("resource_gone", gone.status))
         watcher.subscribers.clear()
+
+
+def _detached(coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+    """A watch's task, in a context of its own rather than a copy of the request's that started it: a watch acts
+    for no caller (the first subscriber's access token stays out of its reads), its polls are traces of their own
+    rather than children of a long-finished request, and the request's context is not held for as long as the
+    watch runs (issue 36: a token, a span context and their maps on every watched URI)."""
+    return asyncio.create_task(coro, name=name, context=contextvars.Context())

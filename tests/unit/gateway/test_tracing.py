@@ -168,6 +168,9 @@ async def test_a_poll_that_changes_is_a_read_a_fire_and_a_notification_in_one_tr
         [notify] = await spans.wait_for(delivery.NOTIFY_SPAN)
     unchanged, changed = spans.named(running.POLL_SPAN)
     assert [(p.attributes or {})[tracing.CHANGED] for p in (unchanged, changed)] == [False, True]
+    # Each poll is a trace of its own, not a child of the request that happened to start the watch.
+    assert (parent_of(unchanged), parent_of(changed)) == (None, None)
+    assert trace_id(unchanged) != trace_id(changed)
     assert (changed.attributes or {})[tracing.WATCH] == "reports"
     reads = {parent_of(r): r for r in spans.named(poll.READ_SPAN)}
     assert set(reads) >= {span_id(unchanged), span_id(changed)}  # the baseline read is a span of its own too
