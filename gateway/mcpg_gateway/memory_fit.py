@@ -18,13 +18,13 @@ from mcpg_gateway.contract import config
 
 logger = logging.getLogger(__name__)
 
-SESSION_BYTES = 34_000
+SESSION_BYTES = 31_000
 """One handshake-era session with its GET stream open and 10 subscriptions: docs/benchmarks.md scenario 4c (1,000
-such sessions alone, SDK clients, 33.3 KB a session over the idle process, since requests are answered as JSON
+such sessions alone, SDK clients, 30.4 KB a session over the idle process, since requests are answered as JSON
 rather than SSE; 61.9 KB before that, 134.9 KB before the gateway kept the sessions itself). Scenario 4b's average
-over both eras (26.4 KB a session) would understate it."""
-LISTEN_STREAM_BYTES = 31_000
-"""One open `subscriptions/listen` stream with 10 URIs: scenario 4c (1,000 listen streams alone, 30.8 KB a stream
+over both eras (25.0 KB a session) would understate it."""
+LISTEN_STREAM_BYTES = 29_000
+"""One open `subscriptions/listen` stream with 10 URIs: scenario 4c (1,000 listen streams alone, 28.2 KB a stream
 over the idle process, since the gateway carries an acknowledged stream on past the SDK; 60 KB before)."""
 WATCH_BYTES = 32_000
 """One watched URI (its watcher, task, state and the subscriber's link to it): measured for issue 36 at 15.6 KB of
