@@ -19,6 +19,7 @@ Module map (a request's path through it, top to bottom):
     config_file     the configuration file read again on SIGHUP and when it changes
     config_secret   the configuration Secret followed through the API (in a cluster)
     connections     per port: the connection cap, and a deadline for every state of a connection
+    signals         `Signal`: asyncio.Event's set, clear and wait in 48 bytes, for what every connection keeps
     memory_fit      the admission caps (sessions, listen streams, watches) fitted to the container's memory limit
     request_heads   request heads held to fixed limits below every route; a repeated singleton header refused
     stdio           `--stdio`: one client over stdin/stdout with the same handlers, as one configured principal

@@ -34,6 +34,7 @@ from uvicorn.server import ServerState
 from mcpg_gateway import request_heads
 from mcpg_gateway.contract.config import LimitsConfig
 from mcpg_gateway.metrics import Metrics
+from mcpg_gateway.signals import Signal
 
 logger = logging.getLogger(__name__)
 
@@ -291,6 +292,9 @@ class GuardedProtocol(H11Protocol):
     # As uvicorn's own override: asyncio's Protocol says BaseTransport, a stream server passes a Transport.
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        # Its "writable" flag as a `Signal`, not an asyncio.Event (uvicorn's flow control only sets, clears and
+        # waits on it): 600 bytes less on every connection (issue 36).
+        self.flow._is_writable_event = Signal(self.flow._is_writable_event.is_set())  # type: ignore[assignment]
         self.guard.idle(self)
         self._g.request_deadline.arm(self.guard.header_timeout_s, "header_timeout")
 
@@ -405,6 +409,10 @@ class GuardedProtocol(H11Protocol):
         if cycle is None:
             return
         if cycle is not before:  # a request's headers are complete
+            # Its "message arrived" flag as a `Signal` (uvicorn sets, clears and waits on it): 600 bytes less on
+            # every request, which an open GET stream holds for as long as it is open. Swapped before its task
+            # first runs, so nobody waits on the old one yet.
+            cycle.message_event = Signal(cycle.message_event.is_set())  # type: ignore[assignment]
             if not self.flow.write_paused:  # else it waits on its client still, behind the answers before
                 self.guard.busy(self)
             if cycle.more_body:
