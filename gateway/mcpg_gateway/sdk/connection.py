@@ -11,12 +11,21 @@ that one through the real SDK.
 
 from __future__ import annotations
 
-from contextlib import AsyncExitStack
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from mcp.server.context import ServerRequestContext
 
 from mcpg_gateway.sdk import door
+
+
+class Unwound(Protocol):
+    """What runs when the session or connection ends: an `AsyncExitStack` (stdio's, the SDK's) or the session's
+    own `ExitCallbacks` (HTTP, `handshake_sessions.py`)."""
+
+    def callback(self, callback: Callable[..., Any], /, *args: Any) -> object: ...
+
+    def push_async_callback(self, callback: Callable[..., Awaitable[Any]], /, *args: Any) -> object: ...
 
 
 class Scratch(Protocol):
@@ -28,7 +37,7 @@ class Scratch(Protocol):
         ...
 
     @property
-    def exit_stack(self) -> AsyncExitStack:
+    def exit_stack(self) -> Unwound:
         """Unwound, shielded and in bound, when the session ends."""
         ...
 

@@ -3,7 +3,9 @@ that an open request suspends, and an end that unwinds the session's exit stack 
 
 from __future__ import annotations
 
-from mcpg_gateway.handshake_sessions import HandshakeSessions
+import pytest
+
+from mcpg_gateway.handshake_sessions import ExitCallbacks, HandshakeSessions
 
 
 class Clock:
@@ -62,3 +64,25 @@ def test_a_session_expires_only_once_idle_for_the_timeout_with_nothing_in_flight
     sessions.done(a)
     clock.t += 60
     assert sessions.expired() == [a.id]
+
+
+async def test_a_session_s_exit_callbacks_run_last_first_and_one_that_raises_stops_none_of_the_rest() -> None:
+    callbacks = ExitCallbacks()
+    ran: list[str] = []
+
+    async def later(name: str) -> None:
+        ran.append(name)
+
+    def failing() -> None:
+        ran.append("failing")
+        raise RuntimeError("first")
+
+    callbacks.callback(ran.append, "pushed first")
+    callbacks.push_async_callback(later, "async")
+    callbacks.callback(failing)
+    callbacks.callback(ran.append, "pushed last")
+    with pytest.raises(RuntimeError, match="first"):
+        await callbacks.aclose()
+    assert ran == ["pushed last", "failing", "async", "pushed first"]
+    await callbacks.aclose()  # each runs once
+    assert len(ran) == 4
