@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, KeysView
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -133,13 +133,12 @@ class Subscriber:
     principal: Principal | None = None
     """Who subscribed, fixed at subscribe/listen time. None only for subscribers built outside MCP (tests)."""
     outbox: Outbox = field(default_factory=Outbox)
-    uris: set[str] = field(default_factory=set)
     active: bool = True
     id: int = field(default_factory=lambda: next(_ids))
     last_activity: float = 0.0
     """When the session last made a request that renews the lease (the clock's time; `lease.py`)."""
     since: dict[str, float] = field(default_factory=dict)
-    """When each subscription began (uri -> the clock's time): its lifetime counts from there."""
+    """The URIs it holds, each with when its subscription began (the clock's time): its lifetime counts from there."""
     list_changed: bool = False
     """A listen stream that also carries list changes (acknowledged so); it ends with its URIs all the same."""
     ending: Ending | None = None
@@ -150,6 +149,11 @@ class Subscriber:
     @property
     def principal_id(self) -> str:
         return self.principal.principal_id if self.principal is not None else ""
+
+    @property
+    def uris(self) -> KeysView[str]:
+        """The URIs it holds (a live view of `since`: a set of its own cost 700 bytes a session, issue 36)."""
+        return self.since.keys()
 
 
 class Subscribers:

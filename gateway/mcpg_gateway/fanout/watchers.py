@@ -323,7 +323,6 @@ class WatchRegistry:
         watcher = self._watchers.get(binding.uri) or self._start(binding)
         watcher.subscribers.add(sub)
         now = self._clock.now()
-        sub.uris.add(binding.uri)
         sub.since[binding.uri] = now
         self._lifetimes.held += 1
         self.holdings.add(sub.principal_id, binding.uri)
@@ -333,8 +332,7 @@ class WatchRegistry:
     def _detach(self, uri: str, sub: Subscriber) -> None:
         if uri not in sub.uris:
             return
-        sub.uris.discard(uri)
-        sub.since.pop(uri, None)
+        del sub.since[uri]
         self._lifetimes.held -= 1
         self.holdings.remove(sub.principal_id, uri)
         watcher = self._watchers.get(uri)
