@@ -70,6 +70,9 @@ def _uvicorn(app: object, graceful_s: int, guard: connections.Guard) -> _Server:
         http=connections.protocol_for(guard),
         # No WebSocket upgrades: an upgraded connection would leave the guarded protocol, and its count.
         ws="none",
+        # Nothing here reads the client's address or the scheme, so nothing needs X-Forwarded-* trusted (uvicorn
+        # trusts them from loopback by default); its middleware would be one more frame under every open stream.
+        proxy_headers=False,
     )
     return _Server(config)
 

@@ -178,7 +178,17 @@ class HandshakeDoor:
         try:
             headers = [*SSE_HEADERS, (requests.SESSION_HEADER, session.id.encode())]
             await send({"type": "http.response.start", "status": 200, "headers": headers})
-            await _held_open(receive, send)
+            # Held here, in the request's own task, until the client leaves, pinging every `PING_INTERVAL_S`:
+            # nothing else per stream but its timer (no task, no frame more), as each costs its share at 10,000
+            # sessions (issue 36).
+            while True:
+                try:
+                    async with asyncio.timeout(PING_INTERVAL_S):
+                        while (await receive())["type"] != "http.disconnect":
+                            pass
+                    return
+                except TimeoutError:
+                    await send({"type": "http.response.body", "body": PING, "more_body": True})
         except asyncio.CancelledError:
             # `_forget` cancels the stream when the session ends: then the stream ends and the request returns;
             # any other cancellation (the server stopping) is passed on.
@@ -190,19 +200,6 @@ class HandshakeDoor:
                 del self._streams[session.id]
             if self._sessions.get(session.id, session.owner) is session:
                 self._sessions.done(session)
-
-
-async def _held_open(receive: Receive, send: Send) -> None:
-    """Until the client leaves, pinging every `PING_INTERVAL_S`. Held in the request's own task, with nothing else
-    per stream but its timer: every open stream costs its share at 10,000 sessions (issue 36)."""
-    while True:
-        try:
-            async with asyncio.timeout(PING_INTERVAL_S):
-                while (await receive())["type"] != "http.disconnect":
-                    pass
-            return
-        except TimeoutError:
-            await send({"type": "http.response.body", "body": PING, "more_body": True})
 
 
 async def _body(receive: Receive) -> bytes:
