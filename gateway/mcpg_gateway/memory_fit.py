@@ -18,14 +18,16 @@ from mcpg_gateway.contract import config
 
 logger = logging.getLogger(__name__)
 
-SESSION_BYTES = 31_000
+SESSION_BYTES = 26_000
 """One handshake-era session with its GET stream open and 10 subscriptions: docs/benchmarks.md scenario 4c (1,000
-such sessions alone, SDK clients, 30.4 KB a session over the idle process, since requests are answered as JSON
-rather than SSE; 61.9 KB before that, 134.9 KB before the gateway kept the sessions itself). Scenario 4b's average
-over both eras (25.0 KB a session) would understate it."""
-LISTEN_STREAM_BYTES = 29_000
-"""One open `subscriptions/listen` stream with 10 URIs: scenario 4c (1,000 listen streams alone, 28.2 KB a stream
-over the idle process, since the gateway carries an acknowledged stream on past the SDK; 60 KB before)."""
+such sessions alone, 25.3 KB a session over the idle process, since an open stream holds no asyncio Event and
+sits under three frames fewer; 30.4 KB before that, 61.9 KB while requests were answered as SSE, 134.9 KB before
+the gateway kept the sessions itself). Scenario 4b's average over both eras (21.4 KB a session) would understate
+it."""
+LISTEN_STREAM_BYTES = 26_000
+"""One open `subscriptions/listen` stream with 10 URIs: scenario 4c (1,000 listen streams alone, 25.5 KB a stream
+over the idle process; 28.2 KB before its subscriber's URIs lost their separate set, 60 KB before the gateway
+carried an acknowledged stream on past the SDK)."""
 WATCH_BYTES = 32_000
 """One watched URI (its watcher, task, state and the subscriber's link to it): measured for issue 36 at 15.6 KB of
 RSS a webhook watch and 20.5 KB a poll watch (2,000 and 1,000 URIs subscribed in one process, tracemalloc on),

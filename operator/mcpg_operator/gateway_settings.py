@@ -181,8 +181,7 @@ class McpGatewaySpec(_Spec):
     is written here is what the container gets. The gateway lowers its caps (gateway.limits sessions_total,
     listen_streams_total, watches_total, by one factor) to fit its memory limit and logs what it lowered, so a
     full gateway refuses callers instead of being OOM-killed. With the default caps, limits.memory 256Mi holds
-    2,852 sessions, 146 listen streams and 146 watches; 512Mi 8,752, 448 and 448; 1Gi all of them (10,000, 512
-    and 512)."""
+    3,359 sessions, 172 listen streams and 172 watches; 512Mi all of them (10,000, 512 and 512)."""
     pod_disruption_budget: DisruptionBudgetSpec = Field(default_factory=DisruptionBudgetSpec)
     """A policy/v1 PodDisruptionBudget for the gateway pods. With neither minAvailable nor maxUnavailable,
     maxUnavailable is 1."""

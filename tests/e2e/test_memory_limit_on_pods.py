@@ -3,7 +3,7 @@
 Before issue 36 the gateway admitted 10,000 MCP sessions (about 97 KB each) whatever memory its pod was given,
 and this test watched the kernel OOM-kill a 128 MiB pod. Now the gateway reads its container's memory limit (the
 cgroup the real node's kubelet made for the pod) and lowers its caps to fit (`memory_fit.py`): here an McpGateway
-gives one replica 256 MiB, callers of 24 principals try to open 3,072 sessions through the Service, exactly the
+gives one replica 256 MiB, callers of 28 principals try to open 3,584 sessions through the Service, exactly the
 fitted cap is admitted and every other is refused, and the container is never OOM-killed or restarted.
 """
 
@@ -29,8 +29,8 @@ from mcpg_testing.release import OperatorRelease
 
 MEMORY_LIMIT = "256Mi"
 MEMORY_LIMIT_BYTES = 256 * 1024 * 1024
-PRINCIPALS = 24
-SESSIONS_PER_PRINCIPAL = 128  # the gateway's default cap per principal: 3,072 sessions in all, past the fitted cap
+PRINCIPALS = 28
+SESSIONS_PER_PRINCIPAL = 128  # the gateway's default cap per principal: 3,584 sessions in all, past the fitted cap
 BATCH = 32
 BOUND_S = 180.0
 INITIALIZE = {
