@@ -1,9 +1,9 @@
-"""`Signal`: asyncio.Event's set, clear and wait, in a fiftieth of its memory.
+"""`Signal`: asyncio.Event's set, clear and wait, in a twelfth of its memory.
 
 An `asyncio.Event` allocates its deque of waiters up front: 528 bytes before anyone waits, past pymalloc's
 small-object limit, so from the C heap. uvicorn keeps two on every connection (its flow control's "writable" and
 each request's "message arrived"), most of which nobody ever waits on, and an open GET stream holds both for as
-long as it is open: about 1,300 bytes of every handshake-era session's 30 KB (issue 36). A `Signal` is 56 bytes
+long as it is open: about 1,300 bytes of every handshake-era session's 30 KB (issue 36). A `Signal` is 48 bytes
 and makes its list of waiters on the first wait.
 """
 
