@@ -254,6 +254,15 @@ class GuardState:
         self.closed_by_guard = self.lost = False
 
 
+def _as_signal(owner: object, name: str) -> None:
+    """`owner.name`, an asyncio.Event uvicorn only sets, clears and waits on, replaced by a `Signal` in the same state:
+    about 600 bytes less each, on every connection and every request (issue 36). Anything else found there (a
+    uvicorn that named or built it otherwise) is left as it is: the connection works either way."""
+    event = getattr(owner, name, None)
+    if type(event) is asyncio.Event:
+        setattr(owner, name, Signal(event.is_set()))
+
+
 class GuardedProtocol(H11Protocol):
     """uvicorn's h11 protocol, held to the guard's deadlines and reported to it as waiting or busy.
 
@@ -292,9 +301,7 @@ class GuardedProtocol(H11Protocol):
     # As uvicorn's own override: asyncio's Protocol says BaseTransport, a stream server passes a Transport.
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        # Its "writable" flag as a `Signal`, not an asyncio.Event (uvicorn's flow control only sets, clears and
-        # waits on it): 600 bytes less on every connection (issue 36).
-        self.flow._is_writable_event = Signal(self.flow._is_writable_event.is_set())  # type: ignore[assignment]
+        _as_signal(self.flow, "_is_writable_event")  # uvicorn's flow control sets, clears and waits on it
         self.guard.idle(self)
         self._g.request_deadline.arm(self.guard.header_timeout_s, "header_timeout")
 
@@ -409,10 +416,9 @@ class GuardedProtocol(H11Protocol):
         if cycle is None:
             return
         if cycle is not before:  # a request's headers are complete
-            # Its "message arrived" flag as a `Signal` (uvicorn sets, clears and waits on it): 600 bytes less on
-            # every request, which an open GET stream holds for as long as it is open. Swapped before its task
-            # first runs, so nobody waits on the old one yet.
-            cycle.message_event = Signal(cycle.message_event.is_set())  # type: ignore[assignment]
+            # Held by an open GET stream for as long as it is open. Swapped before the request's task first runs,
+            # so nobody waits on the old one yet.
+            _as_signal(cycle, "message_event")
             if not self.flow.write_paused:  # else it waits on its client still, behind the answers before
                 self.guard.busy(self)
             if cycle.more_body:
