@@ -1,7 +1,7 @@
 """`make demo`: mcpg end to end on a local cluster, narrated for a newcomer, then torn down.
 
 Cluster up (the control plane and a real node, the images built from their Dockerfiles and imported into it), mcpg
-installed with `helm install` of `charts/mcpg` as the README's local path does (CRDs, RBAC, the operator's
+installed with `helm install` of `charts/mcpg` as the README's local Install path does (CRDs, RBAC, the operator's
 Deployment of two replicas from its image), a WebhookToken and two ResourceWatches (webhook and poll) applied, the
 gateway Deployment the operator rendered (3 replicas, sharing the NATS bus the operator runs) rolled out as real
 pods, an MCP client subscribed through the gateway's Service (its ClusterIP), a webhook posted to each pod in turn

@@ -1,4 +1,4 @@
-"""The chart's lifecycle as NOTES.txt and the README's "Upgrade and removal" tell it: upgrading a 0.1.0 release
+"""The chart's lifecycle as NOTES.txt and docs/upgrade.md ("Upgrade and removal") tell it: upgrading a 0.1.0 release
 to this chart, what `helm uninstall` leaves, and the full removal.
 
 What runs where decides what these tests can prove. The releases' operator images (0.1.0's and this chart's

@@ -4,8 +4,8 @@ No Docker engine runs here, so each image's environment is built by its Dockerfi
 (`mcpg_testing.images`: `.venv-operator`, `.venv-gateway`). The first release's operator image could not start
 (`import mcpg_operator.handlers`: No module named 'mcp') while every tier passed in the all-extras dev venv,
 and the image test only ran `--help`. So the programs here run from the image envs against real peers: the
-gateway serves the README's quickstart to a real MCP client, and the operator reconciles a ResourceWatch on a
-real control plane. Only the clients and kubectl run from the dev venv.
+gateway serves the standalone quickstart (docs/getting-started/standalone.md) to a real MCP client, and the
+operator reconciles a ResourceWatch on a real control plane. Only the clients and kubectl run from the dev venv.
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ def test_neither_image_carries_the_other_images_dependencies(
     assert run(image, "python", "-c", "import operator; operator.itemgetter", cwd=tmp_path).returncode == 0
 
 
-# --- the gateway image serves the README's quickstart ---------------------------------------------------------
+# --- the gateway image serves the standalone quickstart -------------------------------------------------------
 
 
 @pytest.fixture
@@ -136,7 +136,7 @@ def webhook_token() -> str:
 
 @pytest.fixture
 def quickstart(gateway_env: ImageEnv, webhook_token: str, tmp_path: Path) -> Iterator[programs.GatewayProcess]:
-    """`mcpg-gateway --config examples/gateway/quickstart.yaml`, as the README runs it, on free loopback ports."""
+    """`mcpg-gateway --config examples/gateway/quickstart.yaml`, as the standalone page runs it, on free ports."""
     environ = {"QUICKSTART_WEBHOOK_TOKEN": webhook_token, "MCPG_ADMIN_TOKEN": "quickstart-admin"}
     with programs.gateway(gateway_env, QUICKSTART, environ, cwd=tmp_path) as gateway:
         yield gateway

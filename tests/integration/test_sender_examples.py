@@ -1,9 +1,10 @@
 """The documented senders work as written: each `examples/senders/<scheme>.sh`, run by bash with curl and openssl,
 against `mcpg-gateway` from the gateway image serving `examples/gateway/signed-webhooks.yaml`.
 
-Each script is what the README and the reference show for its scheme. It must be answered 200 with its watch's
-URI; signed with a secret the gateway does not hold, 401 naming the check; and a second run of the Standard Webhooks
-sender (a fresh id) must fire again while the same delivery replayed must not.
+Each script is what the signed-webhooks guide (docs/guides/signed-webhooks.md, where each block is marked as run by
+`test_each_documented_sender_is_answered_200_with_its_uri`) and the reference show for its scheme. It must be
+answered 200 with its watch's URI; signed with a secret the gateway does not hold, 401 naming the check; and a second
+run of the Standard Webhooks sender (a fresh id) must fire again while the same delivery replayed must not.
 """
 
 from __future__ import annotations

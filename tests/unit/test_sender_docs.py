@@ -1,5 +1,6 @@
-"""The README shows each signature scheme's sender exactly as `examples/senders/` holds it (which the integration
-tier runs against the gateway, and `hack/reference.py` copies into docs/reference.md): a copy-paste that works."""
+"""The signed-webhooks guide shows each signature scheme's sender exactly as `examples/senders/` holds it (which the
+integration tier runs against the gateway, and `hack/reference.py` copies into docs/reference.md): a copy-paste that
+works."""
 
 from __future__ import annotations
 
@@ -14,10 +15,10 @@ ROOT = Path(__file__).parents[2]
 
 
 @pytest.mark.parametrize("scheme", typing.get_args(signing.Scheme))
-def test_the_readme_and_the_reference_show_each_schemes_sender_as_the_tested_script(scheme: str) -> None:
+def test_the_guide_and_the_reference_show_each_schemes_sender_as_the_tested_script(scheme: str) -> None:
     script = (ROOT / "examples" / "senders" / f"{scheme}.sh").read_text().rstrip()
     block = f"```sh\n{script}\n```"
-    assert block in (ROOT / "README.md").read_text()
+    assert block in (ROOT / "docs" / "guides" / "signed-webhooks.md").read_text()
     assert block in (ROOT / "docs" / "reference.md").read_text()
 
 
