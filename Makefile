@@ -39,6 +39,10 @@ binaries: ## build (once, then cached in $MCPG_CACHE/bin) the control plane, the
 node-packages: ## install (as root, once) the Debian packages of the real node and the image builds: containerd, runc, CNI, buildah, ...
 	hack/install-node-packages.sh
 
+.PHONY: conformance-tool
+conformance-tool: ## the MCP conformance suite, pinned, with the Node 22 it needs (once, then cached in $MCPG_CACHE/conformance)
+	hack/install-conformance.sh
+
 .PHONY: lint
 lint: venv ## ruff, formatting, mypy --strict, import-linter's layer contracts, the no-`operator`-package guard, and stale generated CRDs or reference
 	$(BIN)/ruff check .
@@ -61,7 +65,7 @@ test-fuzz: venv ## fuzz tier: Hypothesis properties of every parser of hostile t
 	MCPG_FUZZ_PROFILE=long $(BIN)/pytest tests/fuzz
 
 .PHONY: test-integration
-test-integration: venv binaries image-envs node-packages ## integration tier: real PostgreSQL, NATS, HTTP upstreams, the image installs and the benchmark smoke run
+test-integration: venv binaries image-envs node-packages conformance-tool ## integration tier: real PostgreSQL, NATS, HTTP upstreams, the image installs and the benchmark smoke run
 	$(BIN)/pytest tests/integration
 
 .PHONY: test-e2e
@@ -74,6 +78,10 @@ test-e2e: venv binaries image-envs node-packages ## end-to-end tier: the chart i
 .PHONY: test
 test: lint test-unit test-fuzz test-integration test-e2e ## every tier, exactly what CI runs
 
+.PHONY: docs
+docs: venv ## build the docs site (mkdocs.yml, docs/) into .site/ with --strict: a broken link or anchor fails it
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir .site
+
 .PHONY: bench
 bench: venv binaries image-envs node-packages ## benchmarks, each figure a ratio to a same-run reference; writes bench/results.json and docs/benchmarks.md
 	$(BIN)/python bench/run.py
@@ -81,6 +89,17 @@ bench: venv binaries image-envs node-packages ## benchmarks, each figure a ratio
 .PHONY: cluster-up
 cluster-up: venv binaries node-packages ## start the local cluster (control plane and a real node, with the images built from the Dockerfiles); kubeconfig in .cluster/kubeconfig
 	$(BIN)/python hack/controlplane.py up --state .cluster
+
+# The chart's default images (ghcr.io/mcpg/...) cannot be pulled here: the node runs the images `cluster-up` built
+# from the Dockerfiles and imported (mcpg/operator:local, mcpg/gateway:local), so the install names them, never
+# pulled, as the end-to-end tier's `helm install` does (tests/support/mcpg_testing/release.py).
+.PHONY: cluster-install
+cluster-install: cluster-up ## helm install the chart on the local cluster (started if need be) from the images it runs: the operator running
+	KUBECONFIG=.cluster/kubeconfig $(MCPG_CACHE)/bin/helm upgrade --install mcpg charts/mcpg \
+	  --namespace mcpg-system --create-namespace --wait --timeout 300s \
+	  --set image.repository=mcpg/operator --set image.tag=local --set image.pullPolicy=Never \
+	  --set gateway.image.repository=mcpg/gateway --set gateway.image.tag=local --set gateway.image.pullPolicy=Never
+	@echo "mcpg installed: export KUBECONFIG=$(CURDIR)/.cluster/kubeconfig PATH=$(MCPG_CACHE)/bin:\$$PATH"
 
 .PHONY: cluster-down
 cluster-down: venv ## stop everything cluster-up started

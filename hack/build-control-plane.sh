@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build, from the Go module proxy, every binary the local cluster needs (the control plane, the
-# real node's kubelet and kube-proxy, CoreDNS, crictl, kubectl, helm, kwok), and cache them
-# outside git. Rebuilds only when a pinned version below changes (a stamp file records them).
+# real node's kubelet and kube-proxy, CoreDNS, crictl, kubectl, helm, kwok), and actionlint (the release
+# workflow's linter, tests/unit/release), and cache them outside git. Rebuilds only when a pinned version below
+# changes (a stamp file records them; actionlint has a stamp of its own, so bumping either never rebuilds the other).
 #
 #   MCPG_CACHE   cache root (default ~/.cache/mcpg); binaries land in $MCPG_CACHE/bin
 #
@@ -16,6 +17,7 @@ KWOK_VERSION=0.8.0
 HELM_VERSION=3.22.0
 COREDNS_VERSION=1.14.7
 CRICTL_VERSION=1.34.0
+ACTIONLINT_VERSION=1.7.12
 
 CACHE="${MCPG_CACHE:-$HOME/.cache/mcpg}"
 BIN="$CACHE/bin"
@@ -23,6 +25,19 @@ WORK="$CACHE/build"
 STAMP="$BIN/.versions"
 WANT="k8s=$K8S_VERSION etcd=$ETCD_VERSION kwok=$KWOK_VERSION helm=$HELM_VERSION coredns=$COREDNS_VERSION crictl=$CRICTL_VERSION"
 TOOLS="etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy kwok helm coredns crictl"
+
+ensure_actionlint() {
+  # A minute's build, apart from the control plane's half hour: its own stamp, checked before the one below.
+  local stamp="$BIN/.actionlint-version"
+  if [[ -x "$BIN/actionlint" && -f "$stamp" && "$(cat "$stamp")" == "$ACTIONLINT_VERSION" ]]; then return 0; fi
+  command -v go >/dev/null || { echo "error: go is required to build actionlint" >&2; exit 1; }
+  mkdir -p "$BIN"
+  echo "building actionlint $ACTIONLINT_VERSION into $BIN"
+  GOTOOLCHAIN=local GOWORK=off GOFLAGS=-mod=mod CGO_ENABLED=0 GOBIN="$BIN" \
+    go install -trimpath -ldflags "-s -w" "github.com/rhysd/actionlint/cmd/actionlint@v$ACTIONLINT_VERSION"
+  echo "$ACTIONLINT_VERSION" >"$stamp"
+}
+ensure_actionlint
 
 all_present() {
   for t in $TOOLS; do [[ -x "$BIN/$t" ]] || return 1; done
