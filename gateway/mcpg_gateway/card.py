@@ -1,9 +1,12 @@
 """What the gateway publishes about itself: the server card, and the mark on each watched entry it lists.
 
 A directory, or a client deciding whether to connect, should learn how to subscribe here without a session:
-`GET /.well-known/mcp/server-card.json` (unauthenticated, `public_app.py`) answers `server_card(...)`, built once
-at startup because a running process never changes its configuration. Its `capabilities` are what the
-handshake returns, taken from the MCP server itself, so the card cannot drift from what a client is told.
+`GET /mcp/server-card` (the MCP endpoint's URL plus `/server-card`, where the Server Card extension reserves it,
+as `application/mcp-server-card+json`; unauthenticated, `public_app.py`) answers `server_card(...)`, and so does
+its first home `GET /.well-known/mcp/server-card.json` (`PATH`, as `application/json`), kept for directories
+that learned it. Domain discovery is `GET /.well-known/ai-catalog.json`: an AI Catalog (`ai_catalog(...)`) whose
+one entry points at the card. Its `capabilities` are what the handshake returns, taken from the MCP server
+itself, so the card cannot drift from what a client is told.
 
 The card is unauthenticated, so it holds nothing a caller could not learn by connecting with any valid
 credential: no backend URL, header, token, digest, principal or bus setting, and no entry guarded by a
@@ -26,7 +29,14 @@ from mcpg_gateway.sdk.protocol import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOC
 from mcpg_gateway.sdk.surface import Surface
 
 PATH = "/.well-known/mcp/server-card.json"
+"""The card's first home, kept: the Server Card extension now recommends against a `.well-known` card."""
 MCP_ENDPOINT = "/mcp"
+CARD_PATH = f"{MCP_ENDPOINT}/server-card"
+"""`GET <streamable-http-endpoint>/server-card`, the location the Server Card extension reserves."""
+CARD_MEDIA_TYPE = "application/mcp-server-card+json"
+CATALOG_PATH = "/.well-known/ai-catalog.json"
+CATALOG_MEDIA_TYPE = "application/ai-catalog+json"
+CATALOG_SPEC_VERSION = "1.0"
 LISTEN, SUBSCRIBE = "subscriptions/listen", "resources/subscribe"
 LISTEN_SINCE = MODERN_PROTOCOL_VERSIONS[0]
 SUBSCRIBE_SINCE = HANDSHAKE_PROTOCOL_VERSIONS[0]
@@ -79,6 +89,28 @@ def server_card(cfg: config.GatewayConfig, served: Surface) -> dict[str, Any]:
         "capabilities": served.handshake,
         "instructions": served.instructions,
         "subscriptions": _subscriptions(cfg, served),
+    }
+
+
+def ai_catalog(served: Surface) -> dict[str, Any]:
+    """The AI Catalog for domain discovery: one entry, this gateway's card, the minimal shape the Server Card
+    extension documents (plus `displayName`, which the AI Catalog specification requires of an entry).
+
+    The card's `url` is a relative reference, as the card's own `transport.endpoint` is: the gateway is not told
+    the scheme and host it is reached at behind an ingress, and reflecting the request's Host into a publicly
+    cached document would let a caller choose what a shared cache serves. Resolved against the catalog's own URL
+    it names the card on the same host. For the same reason the `identifier` is anchored on the server's name,
+    not on a domain (`urn:air:{publisher-domain}:...` needs the public domain)."""
+    return {
+        "specVersion": CATALOG_SPEC_VERSION,
+        "entries": [
+            {
+                "identifier": f"urn:mcpg:server:{served.name}",
+                "displayName": served.name,
+                "type": CARD_MEDIA_TYPE,
+                "url": CARD_PATH,
+            }
+        ],
     }
 
 

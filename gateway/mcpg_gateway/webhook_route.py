@@ -65,10 +65,13 @@ class WebhookRoute:
         counters: Counters,
         fallback: ASGIApp,
         deliveries: replays.Deliveries | None = None,
+        bind_host: str | None = None,
     ) -> None:
         """`index` is swapped in place by a new configuration; `server`: its `gateway.server`, asked per request;
-        `deliveries`: the signed delivery ids seen (a process of its own without a bus when not given)."""
+        `deliveries`: the signed delivery ids seen (a process of its own without a bus when not given);
+        `bind_host`: the public port's bind address, for the Origin rule (not known when not given)."""
         self.index, self.fire, self.server, self.fallback = index, fire, server, fallback
+        self.bind_host = bind_host
         self.deliveries = deliveries if deliveries is not None else replays.Deliveries(None)  # it has a len()
         requests = counters.requests
         # Label children resolved once: a labels() lookup per request is measurable on this path.
@@ -104,7 +107,7 @@ class WebhookRoute:
         self, scope: Scope, headers: dict[bytes, bytes], receive: Receive, span: Span
     ) -> tuple[int, dict[str, Any]]:
         server = self.server()
-        if not origins.allowed(scope["headers"], server.allowed_origins):
+        if not origins.allowed(scope["headers"], server.allowed_origins, self.bind_host):
             self.forbidden.inc()
             return 403, origins.REFUSAL
         route = self.index.lookup(scope["path"][len(PREFIX) :])

@@ -3,13 +3,18 @@
 The card is read with a plain HTTP client and no credentials, as a directory would; what it claims is checked
 against what the SDK's own clients are told when they connect, in both protocol eras, so the card cannot
 drift from the handshake. Its secrecy is asserted on the raw response text, not on parsed fields.
+
+It is served where the Server Card extension reserves it (`/mcp/server-card`, which must never reach the MCP
+endpoint), at its first home, and found from the domain through `/.well-known/ai-catalog.json`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import AsyncIterator
+import re
+import urllib.parse
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx2
@@ -125,10 +130,60 @@ async def test_with_the_switch_off_the_card_answers_404_like_any_unknown_path(
     gateway_factory: GatewayFactory, upstream: Upstream
 ) -> None:
     running = await gateway_factory(raw_config(upstream, server_card=False))
-    off = await get(running.base + card.PATH)
     unknown = await get(running.base + "/.well-known/mcp/no-such-document.json")
-    assert off.status_code == unknown.status_code == 404
-    assert off.content == unknown.content
+    assert unknown.status_code == 404
+    for path in (card.PATH, card.CARD_PATH, card.CATALOG_PATH):
+        off = await get(running.base + path)
+        assert (off.status_code, off.content) == (404, unknown.content), path
+
+
+# --- where it lives ---------------------------------------------------------------------------------------------
+
+
+async def test_the_card_is_at_the_mcp_endpoint_plus_server_card_as_the_extension_reserves(
+    running: RunningGateway,
+) -> None:
+    async with httpx2.AsyncClient() as http:
+        new = await http.get(running.mcp_url + "/server-card", headers={"Accept": card.CARD_MEDIA_TYPE})
+        old = await http.get(running.base + card.PATH)
+    assert new.status_code == 200
+    assert new.headers["content-type"] == "application/mcp-server-card+json"
+    assert new.headers["cache-control"] == "public, max-age=300"
+    assert new.headers["access-control-allow-origin"] == "*"
+    assert new.content == old.content  # the first home serves the same card, as plain JSON still
+    assert old.headers["content-type"] == "application/json"
+
+
+async def test_the_card_path_never_reaches_the_mcp_endpoint_and_mcp_answers_as_before(
+    running: RunningGateway,
+) -> None:
+    accept = {"Accept": "application/json, text/event-stream"}
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
+    async with httpx2.AsyncClient() as http:
+        posted_card = await http.post(running.mcp_url + "/server-card", json=initialize, headers=accept)
+        posted_mcp = await http.post(running.mcp_url, json=initialize, headers=accept)
+        got_mcp = await http.get(running.mcp_url, headers={"Accept": "text/event-stream"})
+    assert posted_card.status_code == 405  # the card's route: GET only; the MCP endpoint would have said 401
+    assert "www-authenticate" not in posted_card.headers
+    assert (posted_mcp.status_code, got_mcp.status_code) == (401, 401)  # the MCP endpoint, behind its token
+
+
+async def test_the_ai_catalog_points_a_domain_at_the_card(running: RunningGateway) -> None:
+    async with httpx2.AsyncClient() as http:
+        listed = await http.get(running.base + "/.well-known/ai-catalog.json")
+        body = listed.json()
+        [entry] = body["entries"]
+        followed = await http.get(urllib.parse.urljoin(str(listed.url), entry["url"]))
+    assert listed.status_code == 200
+    assert listed.headers["content-type"] == "application/ai-catalog+json"
+    assert listed.headers["access-control-allow-origin"] == "*"
+    assert body["specVersion"] == "1.0"
+    assert entry["type"] == "application/mcp-server-card+json"
+    assert entry["url"] == "/mcp/server-card"
+    published = followed.json()
+    assert entry["identifier"] == f"urn:mcpg:server:{published['serverInfo']['name']}"
+    assert entry["displayName"] == published["serverInfo"]["name"]
+    assert followed.headers["content-type"] == "application/mcp-server-card+json"
 
 
 # --- what it says ----------------------------------------------------------------------------------------------
@@ -193,6 +248,28 @@ async def test_it_holds_no_secret_and_names_nothing_guarded(running: RunningGate
     for needle in [*secrets, upstream.url, *guarded]:
         assert needle not in text, needle
     assert NOTES in text  # the same text does carry what it should
+
+
+def strings(value: Any, key: str = "") -> Iterator[tuple[str, str]]:
+    """Every string in a JSON document with the key it sits under (a list's items under the list's key)."""
+    if isinstance(value, str):
+        yield key, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from strings(v, k)
+    elif isinstance(value, list):
+        for v in value:
+            yield from strings(v, key)
+
+
+async def test_no_text_in_the_card_or_the_catalog_is_left_unformatted(running: RunningGateway) -> None:
+    # A user saw a literal {LISTEN}: a plain string joined to f-strings is not formatted. Only URI templates may
+    # hold braces; every other string is prose or a name.
+    for path in (card.CARD_PATH, card.PATH, card.CATALOG_PATH):
+        document = (await get(running.base + path)).json()
+        for key, text in strings(document):
+            if key != "subscribable_uri_templates":
+                assert not re.search(r"[{}]", text), (path, key, text)
 
 
 # --- the mark on listed entries ---------------------------------------------------------------------------------
