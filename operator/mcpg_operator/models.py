@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from mcpg_gateway.contract import config, signing
+from mcpg_gateway.contract import backend_urls, config, signing
 from mcpg_operator import conditions
 from mcpg_operator import schema_markers as sm
 from mcpg_operator.api_types import NAME_MAX, DataKey, Int32, Int64, ObjectName, Timestamp
@@ -61,16 +61,36 @@ class Header(_Spec):
 _HTTP = config.HttpBackend
 
 
+def _backend_url(url: str) -> str:
+    if problem := backend_urls.problem(url):
+        raise ValueError(problem)
+    return url
+
+
+def _method(method: str) -> str:
+    if method.lower() not in config.HTTP_METHODS:
+        raise ValueError(f"expected one of {', '.join(config.HTTP_METHODS)} (in any case)")
+    return method.lower()  # rendered as the gateway configuration spells it
+
+
+# The API server checks each with the same rule as the gateway (`backend_urls`, `config.HttpMethod`); the CRD says
+# it in CEL, since an OpenAPI enum is case-sensitive and a pattern could not say what is wrong.
+BackendUrl = Annotated[str, AfterValidator(_backend_url), sm.Rule(backend_urls.CEL_RULE, backend_urls.CEL_MESSAGE)]
+METHOD_RULE = f"self.lowerAscii() in {list(config.HTTP_METHODS)}"
+METHOD_MESSAGE = f"method must be one of {', '.join(config.HTTP_METHODS)}, in any case"
+Method = Annotated[str, AfterValidator(_method), sm.Rule(METHOD_RULE, METHOD_MESSAGE)]
+
+
 class HttpBackendSpec(_Spec):
     """Reads the resource with one HTTP request."""
 
-    url: str = mirrored(
+    url: BackendUrl = mirrored(
         _HTTP,
         "url",
         max_length=TEXT_LENGTH,
         examples=["https://drive.example.com/api/folders/reports", "https://mail.example.com/inbox/{subject_id}"],
     )
-    method: config.HttpMethod = mirrored(_HTTP, "method")
+    method: Method = mirrored(_HTTP, "method")
     headers: list[Header] = Field(
         default_factory=list,
         max_length=64,

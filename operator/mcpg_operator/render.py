@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from mcpg_gateway.contract import check, config, digests, documents, signing
-from mcpg_operator import bus, models, objects, observed, rotation, tokens
+from mcpg_operator import bus, models, objects, observed, rotation, spec_paths, tokens
 from mcpg_operator import conditions as c
 from mcpg_operator.observed import SecretData
 from mcpg_operator.settings import GatewayDefaults
@@ -224,7 +224,8 @@ def _refuse_what_the_gateway_would(rendered: _Rendered, section: _Section) -> No
                 for name, _, _ in list(rendered.entries):
                     rendered.refuse(name, c.INVALID_SPEC, f"the gateway configuration is invalid: {problem}")
                 return
-            at_fault.setdefault(watch, []).append(f"{match[3] or 'entry'}: {problem.message}")
+            strategy = rendered.verdicts[watch].strategy or "poll"
+            at_fault.setdefault(watch, []).append(spec_paths.in_spec_words(match[3], problem.message, strategy))
         for watch, messages in at_fault.items():
             rendered.refuse(watch, c.INVALID_SPEC, "; ".join(messages))
 
@@ -364,7 +365,7 @@ def _one(
         entry = _entry(rw.name, spec, watch, held, secrets)
     except Unresolved as e:
         return refused(e.reason, e.message, e.stalled)
-    problems = _contract_problems(kind, entry, section)
+    problems = _contract_problems(kind, entry, section, strategy)
     if problems:
         return refused(c.INVALID_SPEC, "; ".join(problems), stalled=True)
     if spec.address in claims.uris:
@@ -538,14 +539,16 @@ def _values_of(entry: Mapping[str, Any], role: tokens.Role) -> list[str]:
     return [strategy["token"], *strategy["previous_tokens"]]
 
 
-def _contract_problems(kind: str, entry: dict[str, Any], section: _Section) -> list[str]:
+def _contract_problems(kind: str, entry: dict[str, Any], section: _Section, strategy: str) -> list[str]:
     # The gateway's own check, on this entry alone (with the gateway section it will get, for the NATS server).
     # No environment: the operator resolves every secret itself, so a ${env.X} left in a field is an error (and
     # no entry can read the bus credentials from the pod's environment). The CEL is compiled too: a bad
     # expression must never reach a gateway pod. The plugin kinds are the ones the gateway image installs.
     alone = _Section(section.defaults, None, section.wiring)
-    prefix = f"mcp.capabilities.{kind}[0]."
-    return [str(p).removeprefix(prefix) for p in alone.problems({kind: [entry]})]
+    # Each named by the ResourceWatch's field it comes from (`spec_paths`), not the configuration file's.
+    prefix = f"mcp.capabilities.{kind}[0]"
+    found = alone.problems({kind: [entry]})
+    return [spec_paths.in_spec_words(p.path.removeprefix(prefix).lstrip("."), p.message, strategy) for p in found]
 
 
 def _first_errors(e: ValidationError, limit: int = 3) -> str:

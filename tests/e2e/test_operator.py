@@ -206,7 +206,11 @@ HTTP = {"http": {"url": "http://u"}}
         (
             RW,
             {"uri": "x://a", "backend": {"http": {"url": "http://u", "method": "fetch"}}},
-            'Unsupported value: "fetch"',
+            "method must be one of get, post, put, patch, delete, head, in any case",
+        ),
+        *(
+            (RW, {"uri": "x://a", "backend": {"http": {"url": url}}}, "url must be http:// or https:// with a host")
+            for url in ("api.example.com/x", "ftp://x/y", "http:///path", "https://{host}/x")
         ),
         # Names the API server would refuse for the objects they name: refused here, not at the operator's write.
         (
@@ -247,6 +251,21 @@ def test_every_example_manifest_is_accepted_by_the_api_server(
     for path in sorted(MANIFESTS.glob("*.yaml")):
         result = control_plane.kubectl("-n", namespace, "apply", "--dry-run=server", "-f", str(path), check=False)
         assert result.returncode == 0, f"{path.name}: {result.stderr}"
+
+
+def test_the_api_server_takes_a_method_in_any_case_and_a_variable_in_the_path(
+    control_plane: ControlPlane, crds: None, namespace: str
+) -> None:
+    http = {"url": "https://api.example.com/files/{id}", "method": "GET"}
+    doc = {
+        "apiVersion": "mcpg.dev/v1alpha1",
+        "kind": "ResourceWatch",
+        "metadata": {"name": "capitals"},
+        "spec": {"uriTemplate": "x://files/{id}", "backend": {"http": http}},
+    }
+    text = yaml.safe_dump(doc)
+    result = control_plane.kubectl("-n", namespace, "apply", "--dry-run=server", "-f", "-", stdin=text, check=False)
+    assert result.returncode == 0, result.stderr
 
 
 def test_the_later_of_two_watches_sharing_a_token_is_refused(
@@ -307,7 +326,7 @@ def test_watches_the_gateway_would_refuse_are_left_out_and_the_rest_is_served(
     messages = {n: condition(get(control_plane, namespace, "resourcewatch", n), "Stalled")["message"] for n in stalled}
     assert "no installed watch-strategy plugin has kind 'twilio_inbound'" in messages["phone-inbound"]
     assert "no NATS server for this watch" in messages["inventory-nats"]
-    assert messages["repeated"].startswith("uri_template: repeats {a}")
+    assert messages["repeated"].startswith("spec.uriTemplate: repeats {a}")
     names = [r["name"] for r in rendered_config(control_plane, namespace)["mcp"]["capabilities"]["resources"]]
     assert names == ["fine"]
     assert rendered_config(control_plane, namespace)["mcp"]["capabilities"]["resource_templates"] == []

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import string
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     SecretStr,
@@ -25,7 +26,7 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails
 
-from mcpg_gateway.contract import pointers, signing, templates, uris
+from mcpg_gateway.contract import backend_urls, pointers, signing, templates, uris
 
 POLL_FLOOR_MS = 10_000
 """No poll-shaped watch runs more often than this: a misconfigured watcher cannot hammer a backend."""
@@ -39,7 +40,16 @@ LONGEST_READ_MS = 300_000
 """Five minutes: the longest one read of a backend (an HTTP request, a SQL query) may be given."""
 
 # Types the operator's CRD fields share with the fields below (`mcpg_operator.mirror`): written once, here.
-HttpMethod = Literal["get", "post", "put", "patch", "delete", "head"]
+HttpMethodName = Literal["get", "post", "put", "patch", "delete", "head"]
+HTTP_METHODS: tuple[str, ...] = get_args(HttpMethodName)
+
+
+def lowercase_method(value: Any) -> Any:
+    """`GET`, `Get` and `get` are one method (RFC 9110 names them in capitals, YAML users write either)."""
+    return value.lower() if isinstance(value, str) else value
+
+
+HttpMethod = Annotated[HttpMethodName, BeforeValidator(lowercase_method)]
 StatusCode = Annotated[int, Field(ge=100, le=599)]
 FilterScope = Literal["all", "subject_id", "expression"]
 
@@ -63,10 +73,12 @@ class HttpBackend(_Model):
     kind: Literal["http"]
     """The backend's kind; `http` is the only one."""
     url: str = Field(min_length=1)
-    """The upstream URL a read requests (http or https). In a resource template, `{name}` takes the concrete URI's
-    value of that template variable."""
+    """The upstream URL a read requests: `http://` or `https://` and a host. In a resource template, `{name}` in its
+    path or query takes the concrete URI's value of that template variable; never in the host, port or user, where
+    a caller would choose the server that receives the headers."""
     method: HttpMethod = "get"
-    """The HTTP method of each read; `get` by default."""
+    """The HTTP method of each read (`get`, `post`, `put`, `patch`, `delete` or `head`, in any case); `get` by
+    default."""
     headers: dict[str, SecretStr] = Field(default_factory=dict)
     """Request headers sent with every read, such as `Authorization`; the values are secrets, never logged or
     shown."""
@@ -85,6 +97,13 @@ class HttpBackend(_Model):
     """Follow a 301, 302, 303, 307 or 308 answer, at most 5 in a row, and only within the url's origin (scheme, host,
     port): the headers are this backend's credentials. Off, a redirect is a failed read (unless its status is in
     `expected_status_codes`, which makes it the answer)."""
+
+    @field_validator("url")
+    @classmethod
+    def _http_url_with_a_host(cls, url: str) -> str:
+        if problem := backend_urls.problem(url):
+            raise ValueError(problem)
+        return url
 
 
 Backend = Annotated[HttpBackend, Field(discriminator="kind")]
@@ -228,7 +247,7 @@ class PluginStrategy(BaseModel):
     type: Literal["plugin"]
     """Selects this strategy."""
     kind: str = Field(min_length=1)
-    """The `kind()` of the installed plugin (entry point group `mcpg.strategies`) that runs this watch."""
+    """The `kind()` of the installed plugin (entry point group `mcpg.watch_strategies`) that runs this watch."""
 
 
 Strategy = Annotated[
@@ -481,7 +500,9 @@ class ServerConfig(_Model):
     """The public HTTP server: /mcp, the webhook route and the server card."""
 
     allowed_origins: list[str] = Field(default_factory=list)
-    """Origins a browser may call /mcp and the webhook route from. A request with no Origin always passes."""
+    """Origins a browser may call /mcp and the webhook route from. A request with no Origin always passes. A
+    gateway bound to a loopback address (`--host 127.0.0.1`, `::1`, `localhost`) also accepts http(s) origins on
+    localhost, 127.0.0.1 and [::1], any port: only local processes reach it there."""
     max_webhook_body_bytes: int = Field(default=65_536, ge=0)
     """The largest webhook request body accepted, in bytes (64 KiB by default); a larger one is answered 413
     without being read. The body is otherwise ignored."""
@@ -489,7 +510,8 @@ class ServerConfig(_Model):
     """Seconds after which a stateful MCP session with no request is closed, ending its subscriptions (30 min by
     default, at most a year)."""
     server_card: bool = True
-    """Serve `GET /.well-known/mcp/server-card.json` (no authentication, no secrets in it)."""
+    """Serve the server card (no authentication, no secrets in it) at `GET /mcp/server-card`, with
+    `/.well-known/ai-catalog.json` pointing at it, and at the older `/.well-known/mcp/server-card.json`."""
 
 
 class LimitsConfig(_Model):

@@ -171,8 +171,10 @@ def _verb(write: w.Write) -> str:
 def _log(namespace: str, write: w.Write) -> None:
     """One line per change the operator makes: the decision as it lands, not kopf's "Handler succeeded"."""
     if isinstance(write, w.PostEvent):
+        # The Event tells `kubectl describe` about a change already logged (a status, a Secret): DEBUG, so a change
+        # is one line at INFO.
         body = write.body
-        logger.info("namespace %s: %s %s: %s", namespace, body.get("type"), body.get("reason"), describe(write))
+        logger.debug("namespace %s: %s %s: %s", namespace, body.get("type"), body.get("reason"), describe(write))
         return
     past = {"create": "created", "apply": "applied", "delete": "deleted", "patch": "patched"}
     verb = _verb(write)

@@ -92,6 +92,12 @@ def test_entry_points_come_from_the_mcpg_watch_strategies_group(monkeypatch: pyt
     assert asked == ["mcpg.watch_strategies"]
 
 
+def test_the_kind_field_names_the_group_plugins_are_found_in() -> None:
+    # The field's description is the CRD's and the reference's: a user writes their entry point from it.
+    description = config.PluginStrategy.model_fields["kind"].description or ""
+    assert f"`{plugin.ENTRY_POINT_GROUP}`" in description
+
+
 def test_an_unknown_kind_is_explained_with_the_installed_kinds() -> None:
     registry = plugin.PluginRegistry.load([ep("recorder", Recorder)])
     assert missing(registry, "twilio_inbound") == (

@@ -99,6 +99,8 @@ def plain(schema: Any) -> Any:
 @pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.name)
 def test_every_example_manifest_passes_the_generated_schema_and_the_model(path: Path) -> None:
     for doc in yaml.safe_load_all(path.read_text()):
+        if not doc["apiVersion"].startswith("mcpg.dev/"):
+            continue  # a Kubernetes kind the setup needs too (the quickstart's upstream): the API server's to check
         jsonschema.validate(doc, plain(generated(doc["kind"])))
         BY_KIND[doc["kind"]].spec.model_validate(doc["spec"])
 

@@ -72,7 +72,8 @@ def test_every_secret_a_resourcewatch_or_webhooktoken_names_is_referenced_and_no
             "watch": {"postgresListenNotify": {"channel": "c", **_ref("db-url")}},
         },
         {**resourcewatch("q", token=None)["spec"], "watch": {"sqlPolling": {"query": "select 1", **_ref("sql-url")}}},
-        {"uri": "x://invalid", "backend": {"http": {"url": "u", "headers": [{"name": "H"}]}}},  # invalid: names none
+        # invalid: names none
+        {"uri": "x://invalid", "backend": {"http": {"url": "http://u", "headers": [{"name": "H"}]}}},
     ]
     token_specs = [webhooktoken()["spec"], {"secretRef": {}}]  # the second is invalid
     assert references.referenced(specs, token_specs) == sorted(

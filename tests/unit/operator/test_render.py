@@ -277,10 +277,13 @@ def test_every_watch_the_gateway_would_refuse_is_left_out_naming_the_field() -> 
         "nats": (False, c.INVALID_SPEC),
     }
     assert "spec.name 'inbox' is already used by ResourceWatch named" in plan.verdicts["same-name"].message
-    assert "watch.strategy.kind: no installed watch-strategy plugin has kind 'not-installed'" in (
+    assert "spec.watch.plugin.kind: no installed watch-strategy plugin has kind 'not-installed'" in (
         plan.verdicts["plugin"].message
     )
-    assert "watch.strategy.url: no NATS server" in plan.verdicts["nats"].message
+    assert (
+        "spec.watch.natsTopic.urlSecretRef: no NATS server for this watch: set urlSecretRef or the chart's "
+        "gateway.natsUrl" in plan.verdicts["nats"].message
+    )
     check.load(plan.config, environ={}, plugin_kinds=[])  # what is rendered, the gateway starts on
 
 
@@ -308,7 +311,7 @@ def test_a_problem_the_whole_configuration_check_finds_leaves_out_the_watch_whos
     monkeypatch.setattr(check, "problems", second_entry_refused)
     plan = render.plan(watches, {}, {}, DEFAULTS)
     assert {n: v.served for n, v in plan.verdicts.items()} == {"a": True, "b": False, "c": True}
-    assert plan.verdicts["b"].message == "uri: a rule only the whole file shows"
+    assert plan.verdicts["b"].message == "spec.uri: a rule only the whole file shows"
 
 
 def test_a_watch_the_renderer_fails_on_is_left_out_and_the_others_are_served(
@@ -345,8 +348,8 @@ def test_template_variables_the_gateway_refuses_leave_only_that_watch_out() -> N
         "undefined": (False, c.INVALID_SPEC),
         "fine": (True, c.SERVED),
     }
-    assert plan.verdicts["repeated"].message.startswith("uri_template: repeats {a}")
-    assert plan.verdicts["undefined"].message.startswith("backend.url: names {b}")
+    assert plan.verdicts["repeated"].message.startswith("spec.uriTemplate: repeats {a}")
+    assert plan.verdicts["undefined"].message.startswith("spec.backend.http.url: names {b}")
 
 
 # --- the operator's settings for every gateway: limits, subscriptions, liveness, server card -----------------------

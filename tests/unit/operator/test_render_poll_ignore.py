@@ -64,8 +64,8 @@ def test_a_bad_pointer_stalls_the_watch_naming_the_field_and_never_reaches_the_g
     plan = render.plan([ci_watch(["/jobs/*/duration", "/jobs/~2", ""])], {}, {}, GatewayDefaults())
     verdict = plan.verdicts["ci"]
     assert (verdict.served, verdict.reason, verdict.stalled) == (False, c.INVALID_SPEC, True)
-    assert "watch.strategy.ignore[1]: '/jobs/~2': '~2' is not an escape" in verdict.message
-    assert "watch.strategy.ignore[2]: the empty pointer is the whole document" in verdict.message
+    assert "spec.watch.poll.ignore[1]: '/jobs/~2': '~2' is not an escape" in verdict.message
+    assert "spec.watch.poll.ignore[2]: the empty pointer is the whole document" in verdict.message
     assert "ignore[0]" not in verdict.message
     assert plan.config["mcp"]["capabilities"]["resources"] == []
 
