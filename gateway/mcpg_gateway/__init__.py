@@ -2,7 +2,8 @@
 
 Module map (a request's path through it, top to bottom):
 
-    __main__        `mcpg-gateway`: load and check the configuration, then serve
+    __main__        `mcpg-gateway`'s command line; `process`, imported once it is parsed: load and check the
+                    configuration, then serve
     contract/       what a configuration is and whether a gateway accepts it; the only part the operator imports
                     (config: the model; documents: YAML read within a bound on its expanded size and depth;
                     loading: YAML, ${env.X}, schema; cel: policies and filters compiled;
@@ -28,9 +29,9 @@ Module map (a request's path through it, top to bottom):
     mcp_requests    an /mcp request read once: its era and session the SDK's way; its body, ids and _meta bounded
     sessions        the sessions-per-principal limit, counted where the SDK opens sessions
     handshake_sessions  handshake-era sessions kept by the gateway: cap, owner, idle, end
-    card            the server card (`/.well-known/mcp/server-card.json`) and the resource `_meta` it shares
+    card            the server card (`/mcp/server-card`, its first home, the AI Catalog) and the `_meta` it shares
     admin_app       port 9090: /metrics and /admin/v1/*
-    origins         the Origin rule shared by /mcp and the webhook route
+    origins         the Origin rule shared by /mcp and the webhook route (bound to loopback: local origins too)
     identity        bearer tokens to principals, through the MCP SDK's auth hooks
     mcp_handlers    list, read, subscribe (handshake era) and subscriptions/listen (2026-07-28), through the fan-out
     webhook_route   POST /webhooks/resource-updated/{token}: the route (its token index is the webhook strategy's)
@@ -58,5 +59,6 @@ Module map (a request's path through it, top to bottom):
     liveness        how a connection that stopped without closing is noticed within a bound, and each watch's record
     metrics, audit, logs, redaction, errors
     tracing         OpenTelemetry: the provider when OTEL_EXPORTER_OTLP_ENDPOINT is set, and the spans of a change
-    subscribe_cli   `mcpg-subscribe`: a small client that subscribes and prints each notification
+    subscribe_cli   `mcpg-subscribe`'s command line; `subscribe_client`: the small MCP client it runs, which waits
+                    for a gateway that is starting, subscribes and prints each notification
 """

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import uvicorn
 
 from mcpg_gateway import admin_app, cancellation, connections, mcp_handlers, mcp_requests, public_app, reconfigure
+from mcpg_gateway.contract import command_line
 from mcpg_gateway.gateway import Gateway
 from mcpg_gateway.sdk import manager as managers
 
@@ -46,17 +47,43 @@ class _Server(uvicorn.Server):
         yield
 
 
-def _bind(host: str, port: int, guard: connections.Guard) -> socket.socket:
+class BindError(Exception):
+    """A port could not be listened on: `flag` (--port or --admin-port) and the OS's reason; its message is the one
+    line the command prints instead of a traceback."""
+
+    def __init__(self, flag: str, host: str, port: int, error: OSError) -> None:
+        super().__init__(command_line.unbindable(error, port=f"{flag} {port}", address=f"--host {host}"))
+        self.flag, self.host, self.port, self.error = flag, host, port, error
+
+
+def _bind(host: str, port: int, guard: connections.Guard, flag: str) -> connections.GuardedSocket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # proto must say TCP: asyncio sets TCP_NODELAY on accepted connections only for sockets whose proto is
     # IPPROTO_TCP. With proto 0, Nagle plus delayed ACKs held each response and SSE event for ~40 ms
     # (webhook throughput measured 707 req/s before, 2,696 after, on one core).
     sock = connections.GuardedSocket(guard, family, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(2048)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as e:  # socket.gaierror too: a --host that does not resolve
+        sock.close()
+        raise BindError(flag, host, port, e) from e
     sock.setblocking(False)
     return sock
+
+
+def _bind_both(
+    host: str, port: int, admin_port: int, gw: Gateway
+) -> tuple[connections.GuardedSocket, connections.GuardedSocket]:
+    """Both listening sockets, or BindError naming the port's flag (and neither left open)."""
+    public_guard, admin_guard = _guards(gw)
+    public = _bind(host, port, public_guard, "--port")
+    try:
+        return public, _bind(host, admin_port, admin_guard, "--admin-port")
+    except BindError:
+        public.close()
+        raise
 
 
 def _uvicorn(app: object, graceful_s: int, guard: connections.Guard) -> _Server:
@@ -106,10 +133,9 @@ async def serve(
         max_body_bytes=mcp_requests.BODY_CEILING_BYTES,
     )
     reconfigurer = reconfigure.Reconfigurer(gw, manager)
-    public_guard, admin_guard = _guards(gw)
-    public_sock, admin_sock = _bind(host, port, public_guard), _bind(host, admin_port, admin_guard)
-    public = _uvicorn(public_app.build(gw, manager), graceful_s=3, guard=public_guard)
-    admin = _uvicorn(admin_app.build(gw), graceful_s=1, guard=admin_guard)
+    public_sock, admin_sock = _bind_both(host, port, admin_port, gw)
+    public = _uvicorn(public_app.build(gw, manager, bind_host=host), graceful_s=3, guard=public_sock.guard)
+    admin = _uvicorn(admin_app.build(gw), graceful_s=1, guard=admin_sock.guard)
     followers: list[asyncio.Task[None]] = []
     try:
         await gw.start()

@@ -1,97 +1,108 @@
 """`mcpg-subscribe URL URI...`: a small MCP client that subscribes and prints each change notification.
 
-It is how the README and the demo show the gateway working; `--legacy` uses the handshake era
-(resources/subscribe), the default uses 2026-07-28 subscriptions/listen, as the SDK's client does.
-
-It is also often a newcomer's first contact with a gateway, so every failure it can expect (a refused token, a
-wrong port or path, an unknown URI) is one line on stderr naming the cause and the fix, with an exit code per
-class (`Exit`). The SDK reports an HTTP refusal as a bare JSON-RPC error without its status, so the client's
-responses are watched (`_Statuses`) to say which status it was. Anything else is a bug and keeps its traceback.
+It is how the README and the demo show the gateway working, and often a newcomer's first contact with a gateway,
+so every failure it can expect (a URL without its scheme, a gateway not up yet, a refused token, a wrong port or
+path, an unknown URI) is one line on stderr naming the cause and the fix, with an exit status per class
+(`command_line.Exit`, listed in `--help`). A refused connect is tried again for `--connect-timeout` seconds, so a
+client started next to its gateway waits for it. This module is the command line only: the client
+(`subscribe_client.py`, which imports the MCP SDK) is imported once the flags are parsed.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import enum
+import math
 import os
-import socket
-import ssl
 import sys
-import warnings
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
 from urllib.parse import urlsplit, urlunsplit
 
-import httpx2
-import mcp.types as types
-from mcp.client import Client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.client.subscriptions import SubscriptionLost
-from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
+from mcpg_gateway.contract import command_line
+from mcpg_gateway.contract.command_line import Exit
 
 TOKEN_ENV = "MCPG_TOKEN"  # noqa: S105  # the variable's name, not a token
 CONNECT_TIMEOUT_S = 30.0
-PING_S = 5.0
-"""How often a handshake-era session is pinged: the SDK gives up on a dropped GET stream silently, so without a
-ping a stopped gateway would leave the client waiting forever."""
+"""`--connect-timeout`'s default: how long a gateway that refuses connections (not up yet) is waited for."""
 
-
-class Exit(enum.IntEnum):
-    """The exit status of each class of failure a user can expect (also listed in `--help`)."""
-
-    OK = 0
-    USAGE = 2  # argparse's own
-    UNAUTHORIZED = 3
-    FORBIDDEN = 4
-    NOT_FOUND = 5
-    UNREACHABLE = 6
-    TLS = 7
-    REFUSED = 8
-    ENDED = 9
-    HTTP = 10
-
-
-EPILOG = """exit status:
-  0   stopped by --count or ^C
-  2   bad command line
-  3   the gateway refused the token (401): pass --token or set MCPG_TOKEN
-  4   the principal may not use the gateway (403)
-  5   nothing at that URL (404): check the path (usually /mcp)
-  6   cannot connect: connection refused, unknown host or timeout
-  7   TLS failure (for example https:// to a plain-HTTP port)
-  8   the gateway refused a request (unknown or unreadable URI, a limit): its JSON-RPC code and message
-  9   the gateway ended the session or the stream
-  10  any other HTTP error status
-
-The token may come from the MCPG_TOKEN environment variable instead of --token (which wins when both are set),
-so it need not sit in the shell's history. It is never printed."""
-
-
-class Failure(Exception):
-    """An expected failure: the one line to print, and the exit status."""
-
-    def __init__(self, status: Exit, message: str) -> None:
-        super().__init__(message)
-        self.status, self.message = status, message
+EPILOG = command_line.epilog(
+    [
+        (Exit.OK, "stopped by --count or ^C"),
+        (Exit.USAGE, f"{command_line.SHARED_MEANINGS[Exit.USAGE]},\nor a URL without http:// or https:// and a host"),
+        (Exit.UNREACHABLE, command_line.SHARED_MEANINGS[Exit.UNREACHABLE]),
+        (Exit.UNAUTHORIZED, "the gateway refused the token (401): pass --token or set MCPG_TOKEN"),
+        (Exit.FORBIDDEN, "the principal may not use the gateway (403)"),
+        (Exit.NOT_FOUND, "nothing at that URL (404): check the path (usually /mcp)"),
+        (Exit.TLS, "TLS failure (for example https:// to a plain-HTTP port)"),
+        (Exit.ENDED, "the gateway ended the session or the stream"),
+        (
+            Exit.REFUSED,
+            "the gateway refused a request (unknown or unreadable URI, a limit): its JSON-RPC code and message",
+        ),
+        (Exit.HTTP, "any other HTTP error status"),
+    ],
+    after="A gateway that refuses connections (not started yet), or a proxy answering 502, 503 or 504 for it, is "
+    "waited for:\nthe connect is tried again, with growing random pauses of at most 2 s, for up to --connect-timeout "
+    "seconds\n(default 30; 0: try once). A subscription once made is never made again.\n\n"
+    "The token may come from the MCPG_TOKEN environment variable instead of --token (which wins when both are "
+    "set),\nso it need not sit in the shell's history. It is never printed.",
+)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="mcpg-subscribe",
-        description="Subscribe to MCP resources and print changes.",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = command_line.Parser(
+        prog="mcpg-subscribe", description="Subscribe to MCP resources and print changes.", epilog=EPILOG
     )
-    p.add_argument("url", help="the gateway's MCP endpoint, e.g. http://127.0.0.1:8080/mcp")
+    p.add_argument("url", type=gateway_url, help="the gateway's MCP endpoint, e.g. http://127.0.0.1:8080/mcp")
     p.add_argument("uris", nargs="+", help="resource URIs to subscribe to")
     p.add_argument("--legacy", action="store_true", help="use resources/subscribe (protocol 2025-11-25)")
     p.add_argument("--token", help=f"bearer token for the gateway (default: ${TOKEN_ENV})")
     p.add_argument("--count", type=int, default=0, help="exit after this many notifications (0: run until ^C)")
     p.add_argument("--read", action="store_true", help="re-read the resource after each notification")
+    p.add_argument(
+        "--connect-timeout",
+        type=seconds,
+        default=CONNECT_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"how long to wait for a gateway that refuses connections (default {CONNECT_TIMEOUT_S:g}; 0: no wait)",
+    )
     p.add_argument("--debug", action="store_true", help="show a traceback instead of the one-line error")
     return p.parse_args(argv)
+
+
+def gateway_url(text: str) -> str:
+    """An http(s) URL with a host: without the scheme, httpx would fail deep in the SDK with a traceback."""
+    parts = urlsplit(text)
+    if "://" not in text:
+        raise argparse.ArgumentTypeError(f"{shown(text)!r} has no scheme: try http://{shown(text)}")
+    if parts.scheme not in ("http", "https"):
+        raise argparse.ArgumentTypeError(f"{shown(text)!r}: only http:// and https:// URLs are served")
+    if not parts.hostname:
+        raise argparse.ArgumentTypeError(f"{shown(text)!r} has no host: e.g. http://127.0.0.1:8080/mcp")
+    return text
+
+
+def seconds(text: str) -> float:
+    """A duration in seconds: a finite number, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds (0 or more)")
+    return value
+
+
+def shown(url: str) -> str:
+    """`url` without any user:password in it: the line may be pasted into a bug report."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:  # a port that is not a number: said without its authority at all
+        return url.split("@")[-1]
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    return urlunsplit(parts._replace(netloc=f"{host}:{port}" if port is not None else host))
 
 
 def token_of(args: argparse.Namespace, environ: Mapping[str, str]) -> str | None:
@@ -101,219 +112,10 @@ def token_of(args: argparse.Namespace, environ: Mapping[str, str]) -> str | None
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    token = token_of(args, os.environ)
-    statuses = _Statuses()
-    try:
-        asyncio.run(_run(args, token, statuses))
-    except KeyboardInterrupt:
-        return Exit.OK
-    except Exception as e:
-        failure = classify(e, statuses, url=_shown(args.url), had_token=token is not None)
-        if failure is None or args.debug:
-            raise
-        print(f"mcpg-subscribe: {failure.message}", file=sys.stderr)
-        return failure.status
-    return Exit.OK
+    # Here, not at the top: the MCP SDK takes most of a second to import, which --help and a bad flag never need.
+    from mcpg_gateway import subscribe_client
 
-
-@dataclass
-class _Statuses:
-    """What the JSON-RPC errors the SDK raises leave out: the first HTTP error status the gateway answered (a 401
-    becomes a bare "Server returned an error response"), and whether the session had been established."""
-
-    first_error: int | None = None
-    connected: bool = False
-    """Whether the session was established: a connection lost after that is the session ending."""
-
-    async def on_response(self, response: httpx2.Response) -> None:
-        if response.status_code >= 400 and self.first_error is None:
-            self.first_error = response.status_code
-
-
-def classify(e: BaseException, statuses: _Statuses, *, url: str, had_token: bool) -> Failure | None:
-    """The expected failure `e` stands for (the first one found in an exception group), or None: a bug."""
-    for leaf in _leaves(e):
-        if statuses.connected and _lost(leaf):
-            return Failure(Exit.ENDED, f"the gateway at {url} ended the session; run mcpg-subscribe again to resume")
-        failure = _classify_one(leaf, statuses.first_error, url, had_token)
-        if failure is not None:
-            return failure
-    return None
-
-
-def _lost(e: BaseException) -> bool:
-    """Whether `e` says the connection or the session went away (a stopped or restarted gateway)."""
-    if isinstance(e, MCPError):
-        return (e.code, e.message) == (types.INVALID_REQUEST, "Session terminated")
-    return isinstance(e, httpx2.TransportError)
-
-
-def _classify_one(e: BaseException, status: int | None, url: str, had_token: bool) -> Failure | None:
-    if isinstance(e, MCPError) and status is not None and (status in (401, 403) or _stand_in(e)):
-        return _http_failure(status, url, had_token)
-    if isinstance(e, MCPError):
-        return Failure(Exit.REFUSED, f"the gateway refused the request: {e.message} (JSON-RPC error {e.code})")
-    if isinstance(e, SubscriptionLost | _SessionEnded):
-        return Failure(Exit.ENDED, f"the gateway at {url} ended the session; run mcpg-subscribe again to resume")
-    if isinstance(e, httpx2.TimeoutException):
-        return Failure(Exit.UNREACHABLE, f"no answer from {url} within {CONNECT_TIMEOUT_S:.0f} s: is the gateway up?")
-    if isinstance(e, httpx2.ConnectError):
-        return _connect_failure(e, url)
-    if isinstance(e, httpx2.RemoteProtocolError):
-        return Failure(Exit.ENDED, f"the gateway at {url} closed the connection; run mcpg-subscribe again to resume")
-    return None
-
-
-def _http_failure(status: int, url: str, had_token: bool) -> Failure:
-    if status == 401:
-        what = "refused the token" if had_token else "requires a token"
-        return Failure(Exit.UNAUTHORIZED, f"the gateway {what} (401): pass --token or set {TOKEN_ENV}")
-    if status == 403:
-        return Failure(Exit.FORBIDDEN, "the gateway accepted the token but refused its principal (403): ask for access")
-    if status == 404:
-        return Failure(Exit.NOT_FOUND, f"nothing at {url} (404): check the path (the gateway serves MCP on /mcp)")
-    return Failure(Exit.HTTP, f"the gateway at {url} answered HTTP {status}")
-
-
-def _connect_failure(e: httpx2.ConnectError, url: str) -> Failure:
-    cause = _root_cause(e)
-    if isinstance(cause, ssl.SSLError):
-        reason = getattr(cause, "reason", None) or type(cause).__name__
-        return Failure(Exit.TLS, f"TLS failed with {url} ({reason}): check http:// versus https:// and the port")
-    if isinstance(cause, socket.gaierror):
-        host = urlsplit(url).hostname or url
-        return Failure(Exit.UNREACHABLE, f"cannot resolve host {host!r} in {url}: check the URL")
-    return Failure(Exit.UNREACHABLE, f"cannot connect to {url}: connection refused; is the gateway up on that port?")
-
-
-def _stand_in(e: MCPError) -> bool:
-    """Whether `e` is the error the SDK makes up for an HTTP status whose body held no JSON-RPC error (a 404 from
-    a path that serves no MCP, a proxy's 502), as opposed to the gateway's own answer carried at status 400."""
-    return (e.code, e.message) in _SDK_STAND_INS
-
-
-_SDK_STAND_INS = {
-    (types.INTERNAL_ERROR, "Server returned an error response"),
-    (types.METHOD_NOT_FOUND, "Not Found"),
-    (types.INVALID_REQUEST, "Session terminated"),
-}
-
-
-class _SessionEnded(Exception):
-    """The listen stream ended gracefully: the gateway closed it (it is stopping, or ended the subscription)."""
-
-
-def _leaves(e: BaseException) -> Iterator[BaseException]:
-    if isinstance(e, BaseExceptionGroup):
-        for inner in e.exceptions:
-            yield from _leaves(inner)
-    else:
-        yield e
-
-
-def _root_cause(e: BaseException) -> BaseException:
-    """The OS-level error under httpx2's and httpcore2's wrappers (httpcore2 keeps it as its argument)."""
-    while True:
-        inner = e.__cause__ or e.__context__ or next((a for a in e.args if isinstance(a, BaseException)), None)
-        if inner is None:
-            return e
-        e = inner
-
-
-def _shown(url: str) -> str:
-    """`url` without any user:password in it: the line may be pasted into a bug report."""
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port is not None else host
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
-async def _run(args: argparse.Namespace, token: str | None, statuses: _Statuses) -> None:
-    headers = {"authorization": f"Bearer {token}"} if token else {}
-    updates: asyncio.Queue[str] = asyncio.Queue()
-
-    async def on_message(message: Any) -> None:
-        if isinstance(message, types.ResourceUpdatedNotification):
-            await updates.put(str(message.params.uri))
-
-    async with (
-        httpx2.AsyncClient(
-            headers=headers,
-            timeout=httpx2.Timeout(CONNECT_TIMEOUT_S, read=None),
-            event_hooks={"response": [statuses.on_response]},
-        ) as http,
-        Client(
-            streamable_http_client(args.url, http_client=http),
-            mode="legacy" if args.legacy else "auto",
-            # On a listen stream the same notification also reaches the message handler; count it once.
-            message_handler=on_message if args.legacy else None,
-        ) as client,
-    ):
-        statuses.connected = True
-        print(f"connected to {args.url} (protocol {client.protocol_version})", flush=True)
-        if args.legacy:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", MCPDeprecationWarning)
-                for uri in args.uris:
-                    await client.session.subscribe_resource(uri)
-            print(f"subscribed (resources/subscribe) to {', '.join(args.uris)}", flush=True)
-            pinger = asyncio.create_task(_ping(client))
-            try:
-                await _print_updates(client, updates, args, pinger)
-            finally:
-                pinger.cancel()
-        else:
-            async with client.listen(resource_subscriptions=args.uris) as stream:
-                print(f"listening (subscriptions/listen) on {', '.join(args.uris)}", flush=True)
-                pump = asyncio.create_task(_pump(stream, updates))
-                try:
-                    await _print_updates(client, updates, args, pump)
-                finally:
-                    pump.cancel()
-
-
-async def _pump(stream: Any, updates: asyncio.Queue[str]) -> None:
-    async for event in stream:
-        uri = getattr(event, "uri", None)
-        if uri is not None:
-            await updates.put(str(uri))
-    raise _SessionEnded()
-
-
-async def _ping(client: Client) -> None:
-    """Until the session fails: then raise what failed (a ping on a lost session errs, a notification never does)."""
-    while True:
-        await asyncio.sleep(PING_S)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", MCPDeprecationWarning)  # deprecated in 2026-07-28; this is the older era
-            await client.send_ping()
-
-
-async def _print_updates(
-    client: Client, updates: asyncio.Queue[str], args: argparse.Namespace, guard: asyncio.Task[None]
-) -> None:
-    seen = 0
-    while args.count == 0 or seen < args.count:
-        uri = await _next(updates, guard)
-        seen += 1
-        print(f"notifications/resources/updated {uri}", flush=True)
-        if args.read:
-            result = await client.read_resource(uri)
-            for content in result.contents:
-                print(f"  read: {getattr(content, 'text', '<binary>')[:200]}", flush=True)
-
-
-async def _next(updates: asyncio.Queue[str], guard: asyncio.Task[None]) -> str:
-    """The next URI; if `guard` (the listen stream's pump, or the pinger) ends first, what ended it instead."""
-    getter = asyncio.ensure_future(updates.get())
-    await asyncio.wait([getter, guard], return_when=asyncio.FIRST_COMPLETED)
-    if getter.done():
-        return getter.result()
-    getter.cancel()
-    guard.result()  # raises what ended the stream or the session
-    raise _SessionEnded()
+    return subscribe_client.run(args, token_of(args, os.environ), shown(args.url))
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ Module map:
                  managed server for the namespaces served, or removes one left over at start when none is used;
                  `bus_key`: the key their passwords are derived from
     render       a namespace's gateway configuration from its watches, asked of the gateway's contract
+    spec_paths   a gateway configuration path as the ResourceWatch field it was rendered from
     objects      pure builders of the gateway's Deployment, Service, ServiceAccount, Role and RoleBinding, and
                  its one configuration Secret
     gateway_settings   the McpGateway model, its bounds (`quantities` compares them) and its overlay on

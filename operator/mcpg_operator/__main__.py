@@ -2,7 +2,9 @@
 
 In this order, and why:
 
-1. Flags, then settings: a bad one exits 2 before anything starts; `--help` imports neither kopf nor a client.
+1. Flags, then settings: a bad one exits 2 before anything starts, in one line (one per variable for settings);
+   `--help` and `--version` import neither kopf, a client nor the settings' models. A metrics address that
+   cannot be bound exits 3 in one line. The statuses are the three programs' (`command_line.Exit`).
 2. kopf's logging set-up (the flags `kopf run` takes for it), then /healthz, /readyz and /metrics
    (`--metrics-bind-address`): a standby has to answer its probes, and kopf serves none before it runs.
 3. Leader election (`candidacy.Candidacy`): wait to hold the Lease. The elector runs on a thread of its own, with
@@ -27,17 +29,33 @@ import socket
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mcpg_operator import health, metrics, settings
+from mcpg_gateway.contract import command_line
+from mcpg_gateway.contract.command_line import Exit
+
+if TYPE_CHECKING:  # imported where used: pydantic's models and prometheus_client are not --help's to pay for
+    from mcpg_operator import metrics, settings
 
 logger = logging.getLogger(__name__)
 
-USAGE_ERROR = 2
-LOST = 1
+USAGE_ERROR = Exit.USAGE
+LOST = Exit.FAILED
 """Exit status after losing the Lease, or when kopf stopped by itself: the kubelet restarts the container."""
 LOG_FORMATS = ("plain", "full", "json")
 DEFAULT_BIND = "0.0.0.0:8080"  # a pod's probes and scrapes reach it on the pod's IP
+EPILOG = command_line.epilog(
+    [
+        (Exit.OK, "stopped by SIGTERM or ^C (the Lease released)"),
+        (Exit.FAILED, "the Lease was lost, or kopf stopped by itself: the kubelet restarts it as a standby"),
+        (
+            Exit.USAGE,
+            f"{command_line.SHARED_MEANINGS[Exit.USAGE]},\n"
+            "or an environment variable refused (one line per variable, naming it)",
+        ),
+        (Exit.UNBINDABLE, command_line.SHARED_MEANINGS[Exit.UNBINDABLE]),
+    ]
+)
 CANCEL_S = 5.0
 """How long a cancelled kopf gets to unwind after the Lease was lost, before the process exits anyway."""
 
@@ -59,7 +77,9 @@ class Options:
 
 def parse(argv: Sequence[str]) -> Options:
     """The flags (argparse exits 2 on a bad one, 0 after --help)."""
-    p = argparse.ArgumentParser(prog="mcpg-operator", description="Reconcile ResourceWatches into MCP gateways.")
+    p = command_line.Parser(
+        prog="mcpg-operator", description="Reconcile ResourceWatches into MCP gateways.", epilog=EPILOG
+    )
     p.add_argument(
         "--metrics-bind-address",
         default=DEFAULT_BIND,
@@ -93,7 +113,7 @@ def parse(argv: Sequence[str]) -> Options:
 def _address(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or int(port) > 65535:
-        raise argparse.ArgumentTypeError(f"HOST:PORT expected, got {text!r}")
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT (a port from 0 to 65535; HOST may be empty)")
     return host or "0.0.0.0", int(port)  # noqa: S104  # ":8080" means every interface, as in controller-runtime
 
 
@@ -107,26 +127,40 @@ def kopf_scope(opts: Options, configured: Sequence[str]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     opts = parse(sys.argv[1:] if argv is None else argv)
+    from mcpg_operator import settings  # after the flags: see the module's docstring
+
     try:
         loaded = settings.load()
     except settings.SettingsError as e:
         print(f"mcpg-operator: invalid settings: {e}", file=sys.stderr)
         return USAGE_ERROR
-    return asyncio.run(run(opts, loaded))
+    try:
+        return asyncio.run(run(opts, loaded))
+    except Unbindable as e:
+        print(f"mcpg-operator: {e}", file=sys.stderr)
+        return Exit.UNBINDABLE
+
+
+class Unbindable(Exception):
+    """--metrics-bind-address cannot be listened on; the message is the one line to print."""
 
 
 async def run(opts: Options, config: settings.OperatorSettings) -> int:
     """Everything after the settings were read; the exit status."""
     # Imported here, not at the top: `mcpg-operator --help` should pay for neither kopf nor the client.
     # Importing `handlers` registers them with kopf's default registry, by module name, once.
-    from mcpg_operator import handlers
+    from mcpg_operator import handlers, health, metrics
 
     _configure_logging(opts)
     handlers.quiet_body_loggers()  # before the first request: the elector's, too
     stopping = asyncio.Event()
     _on_signals(stopping.set)
     routes = health.routes(metrics.REGISTRY, lambda: not stopping.is_set())
-    server = await health.serve(*opts.bind, routes)
+    try:
+        server = await health.serve(*opts.bind, routes)
+    except OSError as e:  # socket.gaierror too: a host that does not resolve
+        said = f"--metrics-bind-address {opts.bind[0]}:{opts.bind[1]}"
+        raise Unbindable(command_line.unbindable(e, port=said, address=said)) from e
     try:
         if not config.leader_election.enabled:
             return await _reconcile(opts, config, stopping, _memo(), lease=None)
@@ -148,6 +182,18 @@ def _configure_logging(opts: Options) -> None:
         log_prefix=opts.log_prefix,
         log_refkey=opts.log_refkey,
     )
+    quiet_event_lines(opts)
+
+
+PER_EVENT_LOGGER = "kopf.objects"
+"""kopf's logger about each object: "Handler 'resourcewatch_event' succeeded." for every watch event it sees."""
+
+
+def quiet_event_lines(opts: Options) -> None:
+    """Keep kopf's per-event lines out of the log unless asked for (--verbose, --debug): the reconciler logs one
+    line per change it makes (`reconcile.write`), and a pass that changes nothing logs nothing. Failures stay."""
+    asked = opts.verbose or opts.debug
+    logging.getLogger(PER_EVENT_LOGGER).setLevel(logging.NOTSET if asked else logging.WARNING)  # NOTSET: as kopf set
 
 
 def _on_signals(stop: Callable[[], None]) -> None:
@@ -194,6 +240,8 @@ async def _reconcile(
     lease: asyncio.Task[None] | None,
 ) -> int:
     """Run kopf until SIGTERM (exit 0), the loss of `lease` (exit 1) or kopf's own end (exit 1)."""
+    from mcpg_operator import metrics
+
     kopf_stop, started = asyncio.Event(), asyncio.Event()
     # Created before kopf, so kopf counts them as the caller's tasks rather than its own to stop.
     marker = asyncio.create_task(_mark_running(started, metrics.METRICS), name="reconciler started")

@@ -13,7 +13,8 @@ import httpx2
 import pytest
 import yaml
 
-from mcpg_gateway.subscribe_cli import PING_S, Exit
+from mcpg_gateway.contract.command_line import Exit
+from mcpg_gateway.subscribe_client import PING_S
 from mcpg_testing import BOUND_S, programs
 from mcpg_testing.configs import gateway_config, principal, watched
 from mcpg_testing.fixtures import gateway_env
@@ -51,13 +52,13 @@ def assert_one_line(done: subprocess.CompletedProcess[str], status: Exit, line: 
     assert (done.returncode, done.stderr) == (status, f"mcpg-subscribe: {line}\n")
 
 
-def test_no_token_exits_3_saying_how_to_pass_one(gateway_env: ImageEnv, gateway: programs.GatewayProcess) -> None:
+def test_no_token_exits_5_saying_how_to_pass_one(gateway_env: ImageEnv, gateway: programs.GatewayProcess) -> None:
     done = subscribe_to_end(gateway_env, gateway.mcp_url, URI)
 
     assert_one_line(done, Exit.UNAUTHORIZED, "the gateway requires a token (401): pass --token or set MCPG_TOKEN")
 
 
-def test_a_wrong_token_exits_3_without_printing_it(gateway_env: ImageEnv, gateway: programs.GatewayProcess) -> None:
+def test_a_wrong_token_exits_5_without_printing_it(gateway_env: ImageEnv, gateway: programs.GatewayProcess) -> None:
     done = subscribe_to_end(gateway_env, gateway.mcp_url, URI, "--token", OTHER)
 
     assert_one_line(done, Exit.UNAUTHORIZED, "the gateway refused the token (401): pass --token or set MCPG_TOKEN")
@@ -79,11 +80,11 @@ def test_a_token_from_the_environment_subscribes_and_prints_the_change(
         assert TOKEN not in "\n".join(client.output())
 
 
-def test_a_wrong_port_exits_6_naming_the_url(gateway_env: ImageEnv) -> None:
+def test_a_wrong_port_exits_4_naming_the_url(gateway_env: ImageEnv) -> None:
     [port] = free_ports(1)
     url = f"http://127.0.0.1:{port}/mcp"
 
-    done = subscribe_to_end(gateway_env, url, URI, "--token", TOKEN)
+    done = subscribe_to_end(gateway_env, url, URI, "--token", TOKEN, "--connect-timeout", "0")
 
     assert_one_line(
         done, Exit.UNREACHABLE, f"cannot connect to {url}: connection refused; is the gateway up on that port?"
@@ -91,7 +92,7 @@ def test_a_wrong_port_exits_6_naming_the_url(gateway_env: ImageEnv) -> None:
 
 
 @pytest.mark.parametrize("legacy", [[], ["--legacy"]], ids=["listen", "legacy"])
-def test_an_unknown_uri_exits_8_with_the_json_rpc_error(
+def test_an_unknown_uri_exits_10_with_the_json_rpc_error(
     gateway_env: ImageEnv, gateway: programs.GatewayProcess, legacy: list[str]
 ) -> None:
     done = subscribe_to_end(gateway_env, gateway.mcp_url, "report://nope", *legacy, MCPG_TOKEN=TOKEN)

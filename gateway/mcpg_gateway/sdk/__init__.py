@@ -5,7 +5,7 @@ the handshake-era sessions itself in front of the SDK's stateless mode, and read
 does, the SDK's way. Each such reliance is
 here, typed, so that an SDK upgrade is fixed in this folder, and `tests/unit/gateway/test_sdk_contract.py`
 checks each one's behaviour through the real SDK. Only this package and the protocol faces (`mcp_handlers`,
-`stdio_transport`, `subscribe_cli`: modules that *are* MCP) import `mcp` (`.importlinter`, `sdk-one-door`).
+`stdio_transport`, `subscribe_client`: modules that *are* MCP) import `mcp` (`.importlinter`, `sdk-one-door`).
 
 Module map:
 

@@ -17,7 +17,7 @@ import yaml
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from mcpg_gateway import __main__
+from mcpg_gateway import __main__, process
 from mcpg_gateway.gateway import Options
 from mcpg_gateway.strategies import plugin
 from mcpg_testing import BOUND_S
@@ -148,8 +148,8 @@ def test_a_plugin_kind_this_image_lacks_in_the_secret_it_follows_leaves_it_runni
     config.write_text(yaml.safe_dump(document))
     args = __main__.parse_args(["--config", str(config), "--config-secret", "mcpg-gateway-config"])
     plugins = plugin.PluginRegistry({}, [])
-    start = __main__._starting(args, plugins)
-    gw = __main__._gateway(start, Options(config_file=config, config_secret=args.config_secret, plugins=plugins))
+    start = process._starting(args, plugins)
+    gw = process._gateway(start, Options(config_file=config, config_secret=args.config_secret, plugins=plugins))
     said = gw.served.acknowledgement()
     assert said.serving is None
     assert said.refused is not None
@@ -313,3 +313,17 @@ def _server_transports() -> list[asyncio.Transport]:
     import gc
 
     return [o for o in gc.get_objects() if isinstance(o, asyncio.Transport) and o.get_extra_info("socket") is not None]
+
+
+def test_the_log_level_is_taken_in_any_case_and_a_bad_one_from_the_environment_is_a_usage_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert __main__.parse_args(["--config", "gw.yaml", "--log-level", "debug"]).log_level == "DEBUG"
+    monkeypatch.setenv("MCPG_LOG_LEVEL", "LOUD")
+    with pytest.raises(SystemExit) as exited:
+        __main__.parse_args(["--config", "gw.yaml"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == (
+        "mcpg-gateway: --log-level: 'LOUD' is not a log level (DEBUG, INFO, WARNING, ERROR, CRITICAL); "
+        "see mcpg-gateway --help\n"
+    )

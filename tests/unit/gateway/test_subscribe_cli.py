@@ -8,12 +8,16 @@ The same failures, from the installed program, are in tests/integration/test_sub
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import AsyncIterator
 
+import httpx2
+import mcp.types as types
 import pytest
+from mcp.shared.exceptions import MCPError
 
-from mcpg_gateway import subscribe_cli
-from mcpg_gateway.subscribe_cli import Exit
+from mcpg_gateway import subscribe_cli, subscribe_client
+from mcpg_gateway.contract.command_line import Exit
 from mcpg_testing import BOUND_S
 from mcpg_testing.configs import gateway_config, principal, watched
 from mcpg_testing.gateways import RunningGateway, running
@@ -120,11 +124,28 @@ async def test_a_port_nobody_listens_on_is_one_line_naming_the_url(
     url = f"http://127.0.0.1:{gateway.admin_port}/mcp"
     await gateway.shutdown()  # both its ports are free again, and nothing else took them in between on loopback
 
-    status, err = await run_cli(capsys, url, URI, "--token", TOKEN)
+    status, err = await run_cli(capsys, url, URI, "--token", TOKEN, "--connect-timeout", "0")
 
     assert (status, err) == (
         Exit.UNREACHABLE,
         f"mcpg-subscribe: cannot connect to {url}: connection refused; is the gateway up on that port?\n",
+    )
+
+
+async def test_a_refused_connect_is_retried_for_the_connect_timeout_saying_so_once(
+    gateway: RunningGateway, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"http://127.0.0.1:{gateway.admin_port}/mcp"
+    await gateway.shutdown()
+
+    status, err = await run_cli(capsys, url, URI, "--connect-timeout", "0.5")
+
+    assert (status, err.splitlines()) == (
+        Exit.UNREACHABLE,
+        [
+            f"mcpg-subscribe: waiting for {url}: connection refused; retrying for up to 0.5 s",
+            f"mcpg-subscribe: cannot connect to {url}: connection refused; is the gateway up on that port?",
+        ],
     )
 
 
@@ -142,10 +163,76 @@ async def test_https_to_a_plain_http_port_is_a_tls_failure(
 
 def test_debug_keeps_the_traceback_for_an_expected_failure() -> None:
     with pytest.raises(BaseExceptionGroup):
-        subscribe_cli.main(["http://127.0.0.1:9/mcp", URI, "--debug"])
+        subscribe_cli.main(["http://127.0.0.1:9/mcp", URI, "--debug", "--connect-timeout", "0"])
 
 
-def test_help_lists_every_exit_status() -> None:
+def test_help_lists_every_exit_status_it_can_end_with() -> None:
     for status in Exit:
-        if status not in (Exit.OK, Exit.USAGE):
+        if status not in (Exit.FAILED, Exit.UNBINDABLE):  # a bug's, and binding's: a client binds no port
             assert f"\n  {status.value:<3} " in subscribe_cli.EPILOG, status
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("127.0.0.1:8080/mcp", "url: '127.0.0.1:8080/mcp' has no scheme: try http://127.0.0.1:8080/mcp"),
+        ("ftp://gw/mcp", "url: 'ftp://gw/mcp': only http:// and https:// URLs are served"),
+        ("http:///mcp", "url: 'http:///mcp' has no host: e.g. http://127.0.0.1:8080/mcp"),
+        ("localhost:8080", "url: 'localhost:8080' has no scheme: try http://localhost:8080"),
+    ],
+)
+def test_a_url_it_cannot_use_is_a_usage_error_in_one_line(
+    url: str, said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        subscribe_cli.main([url, URI])
+    assert (exited.value.code, capsys.readouterr().err) == (
+        Exit.USAGE,
+        f"mcpg-subscribe: {said}; see mcpg-subscribe --help\n",
+    )
+
+
+def test_a_url_with_credentials_is_refused_without_showing_them(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        subscribe_cli.main(["ftp://me:s3cret@gw/mcp", URI])
+    err = capsys.readouterr().err
+    assert "s3cret" not in err
+    assert "'ftp://gw/mcp'" in err
+
+
+@pytest.mark.parametrize("value", ["soon", "-1", "nan", "inf"])
+def test_a_connect_timeout_that_is_not_a_duration_is_a_usage_error(
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        subscribe_cli.main(["http://127.0.0.1:9/mcp", URI, "--connect-timeout", value])
+    assert exited.value.code == Exit.USAGE
+    assert capsys.readouterr().err.startswith(
+        f"mcpg-subscribe: --connect-timeout: {value!r} is not a number of seconds"
+    )
+
+
+def _largest_draw() -> float:
+    return 0.999999
+
+
+def test_waits_grow_at_random_up_to_2_s_and_never_pass_the_deadline() -> None:
+    waits = [subscribe_client.next_wait_s(n, 60.0, _largest_draw) for n in range(7)]
+    assert [round(w, 2) if w is not None else None for w in waits] == [0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0]
+    assert subscribe_client.next_wait_s(3, 60.0, lambda: 0.0) == 0.0
+    assert subscribe_client.next_wait_s(6, 0.25, _largest_draw) == 0.25
+    assert subscribe_client.next_wait_s(0, 0.0, _largest_draw) is None
+
+
+def test_only_a_refused_connect_or_a_proxys_502_to_504_is_a_gateway_still_starting() -> None:
+    refused = httpx2.ConnectError("refused")
+    refused.__cause__ = ConnectionRefusedError(111, "Connection refused")
+    unknown_host = httpx2.ConnectError("no such host")
+    unknown_host.__cause__ = socket.gaierror(-2, "Name or service not known")
+    stand_in = MCPError(types.INTERNAL_ERROR, "Server returned an error response")
+
+    assert subscribe_client.starting(ExceptionGroup("", [refused]), None) == "connection refused"
+    assert subscribe_client.starting(stand_in, 503) == "HTTP 503"
+    assert subscribe_client.starting(unknown_host, None) is None
+    assert subscribe_client.starting(stand_in, 500) is None
+    assert subscribe_client.starting(MCPError(types.INVALID_PARAMS, "unknown resource"), 503) is None

@@ -1,0 +1,95 @@
+"""The installed `mcpg-operator` (from `.venv-operator`) on its command line, with no cluster: --version, --help,
+a bad flag (one line, exit 2), a bad environment variable (exit 2, naming it) and a metrics address in use
+(one line, exit 3), each without a traceback; the statuses are the three programs' (`command_line.Exit`)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from mcpg_gateway.contract.command_line import Exit
+from mcpg_operator import __main__ as entry
+from mcpg_testing.fixtures import operator_env
+from mcpg_testing.images import ImageEnv
+
+__all__ = ["operator_env"]  # a fixture, used by name
+
+
+def operator(image: ImageEnv, *argv: str, **env: str) -> subprocess.CompletedProcess[str]:
+    environ = image.environ(**env)
+    for name in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST"):  # nothing here may reach a cluster, even by accident
+        environ.pop(name, None)
+    return subprocess.run(
+        image.command("mcpg-operator", *argv), capture_output=True, text=True, timeout=60, env=environ, check=False
+    )
+
+
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        yield taken.getsockname()[1]
+
+
+def test_version_prints_the_distributions_version(operator_env: ImageEnv) -> None:
+    done = operator(operator_env, "--version")
+
+    assert (done.returncode, done.stdout, done.stderr) == (
+        0,
+        f"mcpg-operator {operator_env.installed()['mcpg-watch']}\n",
+        "",
+    )
+
+
+def test_help_lists_the_exit_statuses(operator_env: ImageEnv) -> None:
+    done = operator(operator_env, "--help")
+
+    assert done.returncode == 0
+    for status in (Exit.OK, Exit.FAILED, Exit.USAGE, Exit.UNBINDABLE):
+        assert f"\n  {status.value:<3} " in done.stdout, status
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--metrics-bind-address=h:99999"], "--metrics-bind-address: 'h:99999' is not HOST:PORT"),
+        (["--log-format=yaml"], "--log-format: invalid choice: 'yaml'"),
+        (["--liveness=http://0.0.0.0:8080/healthz"], "unrecognized arguments: --liveness=http://0.0.0.0:8080/healthz"),
+        (["-n", "shop", "-A"], "either --namespace or --all-namespaces, not both"),
+    ],
+    ids=["bind-port", "log-format", "kopf-flag", "namespaces"],
+)
+def test_a_bad_flag_exits_2_in_one_line_naming_it(operator_env: ImageEnv, argv: list[str], said: str) -> None:
+    done = operator(operator_env, *argv)
+
+    assert done.returncode == Exit.USAGE
+    assert done.stderr.startswith(f"mcpg-operator: {said}"), done.stderr
+    assert done.stderr.endswith("; see mcpg-operator --help\n")
+    assert done.stderr.count("\n") == 1, done.stderr
+
+
+def test_a_bad_environment_variable_exits_2_naming_it(operator_env: ImageEnv) -> None:
+    done = operator(operator_env, POD_NAMESPACE="ops", MCPG_RESYNC_SECONDS="soon")
+
+    assert done.returncode == Exit.USAGE
+    assert done.stderr.startswith("mcpg-operator: invalid settings: MCPG_RESYNC_SECONDS"), done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_metrics_address_in_use_exits_3_naming_it(operator_env: ImageEnv, taken_port: int) -> None:
+    bind = f"127.0.0.1:{taken_port}"
+    done = operator(operator_env, f"--metrics-bind-address={bind}", "--quiet", POD_NAMESPACE="ops")
+
+    assert "Traceback" not in done.stderr, done.stderr
+    assert (done.returncode, done.stderr) == (
+        Exit.UNBINDABLE,
+        f"mcpg-operator: --metrics-bind-address {bind} is in use: stop what listens there, or choose another port\n",
+    )
+
+
+def test_its_exit_statuses_are_the_shared_ones() -> None:
+    assert (entry.USAGE_ERROR, entry.LOST) == (Exit.USAGE, Exit.FAILED) == (2, 1)
