@@ -4,7 +4,8 @@ In this order, and why:
 
 1. Flags, then settings: a bad one exits 2 before anything starts, in one line (one per variable for settings);
    `--help` and `--version` import neither kopf, a client nor the settings' models. A metrics address that
-   cannot be bound exits 3 in one line. The statuses are the three programs' (`command_line.Exit`).
+   cannot be bound exits 3 in one line, and an API server that cannot be reached (no kubeconfig, nothing
+   listening, credentials refused) exits 4 in one line. The statuses are the three programs' (`command_line.Exit`).
 2. kopf's logging set-up (the flags `kopf run` takes for it), then /healthz, /readyz and /metrics
    (`--metrics-bind-address`): a standby has to answer its probes, and kopf serves none before it runs.
 3. Leader election (`candidacy.Candidacy`): wait to hold the Lease. The elector runs on a thread of its own, with
@@ -54,8 +55,12 @@ EPILOG = command_line.epilog(
             "or an environment variable refused (one line per variable, naming it)",
         ),
         (Exit.UNBINDABLE, command_line.SHARED_MEANINGS[Exit.UNBINDABLE]),
+        (Exit.UNREACHABLE, "the Kubernetes API cannot be reached, or refuses this process's credentials"),
     ]
 )
+API_CHECK_S = 15.0
+"""How long the API server gets to answer at start before the operator gives up on it (exit 4; the kubelet
+restarts it), longer than a connection's set-up to a busy server."""
 CANCEL_S = 5.0
 """How long a cancelled kopf gets to unwind after the Lease was lost, before the process exits anyway."""
 
@@ -139,17 +144,24 @@ def main(argv: list[str] | None = None) -> int:
     except Unbindable as e:
         print(f"mcpg-operator: {e}", file=sys.stderr)
         return Exit.UNBINDABLE
+    except Unreachable as e:
+        print(f"mcpg-operator: {e}", file=sys.stderr)
+        return Exit.UNREACHABLE
 
 
 class Unbindable(Exception):
     """--metrics-bind-address cannot be listened on; the message is the one line to print."""
 
 
+class Unreachable(Exception):
+    """The API server cannot be reached or refuses our credentials; the message is the one line to print."""
+
+
 async def run(opts: Options, config: settings.OperatorSettings) -> int:
     """Everything after the settings were read; the exit status."""
     # Imported here, not at the top: `mcpg-operator --help` should pay for neither kopf nor the client.
     # Importing `handlers` registers them with kopf's default registry, by module name, once.
-    from mcpg_operator import handlers, health, metrics
+    from mcpg_operator import handlers, health, kube, metrics
 
     _configure_logging(opts)
     handlers.quiet_body_loggers()  # before the first request: the elector's, too
@@ -162,6 +174,8 @@ async def run(opts: Options, config: settings.OperatorSettings) -> int:
         said = f"--metrics-bind-address {opts.bind[0]}:{opts.bind[1]}"
         raise Unbindable(command_line.unbindable(e, port=said, address=said)) from e
     try:
+        if (why := await kube.unreachable(API_CHECK_S)) is not None:
+            raise Unreachable(why)
         if not config.leader_election.enabled:
             return await _reconcile(opts, config, stopping, _memo(), lease=None)
         return await _elect_and_reconcile(opts, config, stopping)

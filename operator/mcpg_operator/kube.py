@@ -9,6 +9,7 @@ that no longer holds the Lease, whatever the caller is doing (the API server can
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import urllib.request
@@ -96,6 +97,11 @@ class Kube:
 
     async def close(self) -> None:
         await self.api.close()
+
+    @property
+    def server(self) -> str:
+        """The API server's URL this client talks to (no credential is in it)."""
+        return str(self.api.configuration.host)
 
     async def _call(
         self,
@@ -219,3 +225,41 @@ def ns_path(namespace: str, plural: str, name: str | None = None, group: str | N
     }[group]
     path = f"{prefix}/namespaces/{namespace}/{plural}"
     return f"{path}/{name}" if name else path
+
+
+async def unreachable(timeout_s: float) -> str | None:
+    """Why this process cannot reach the API server, in one line for a person, cause first; None once it answers.
+
+    Asked once at start: an operator started with no kubeconfig, or pointed at a server that is not there, says so
+    instead of failing in its first request with a traceback. `/version` is readable by any authenticated caller.
+    """
+    server = "the Kubernetes API"
+    if (missing := _missing_kubeconfig()) is not None:
+        return f"no Kubernetes configuration: {missing} does not exist (in a pod its ServiceAccount is used)"
+    try:
+        async with asyncio.timeout(timeout_s):
+            kube = await Kube.connect()
+            server = f"the Kubernetes API at {kube.server}"
+            try:
+                await kube.get("/version")
+            finally:
+                await kube.close()
+    except TimeoutError:
+        return f"{server} did not answer within {timeout_s:.0f} s"
+    except config.ConfigException as e:
+        return f"no Kubernetes configuration ({e}): in a pod its ServiceAccount is used; elsewhere set KUBECONFIG"
+    except (ApiException, Refused) as e:
+        return f"{server} refused this process's credentials ({e.status})"
+    except OSError as e:  # a refused connection, an unknown host, a TLS failure (aiohttp's are OSErrors)
+        return f"cannot reach {server}: {e.strerror or e}"
+    return None
+
+
+def _missing_kubeconfig() -> str | None:
+    """Outside a pod, the kubeconfig the client would read, if no such file exists (said before the client warns
+    about it in a log line of its own)."""
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return None
+    named = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+    paths = [p for p in named.split(os.pathsep) if p]
+    return None if any(os.path.isfile(p) for p in paths) else named

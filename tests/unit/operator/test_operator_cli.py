@@ -4,9 +4,11 @@ a bad flag (one line, exit 2), a bad environment variable (exit 2, naming it) an
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -21,7 +23,8 @@ __all__ = ["operator_env"]  # a fixture, used by name
 def operator(image: ImageEnv, *argv: str, **env: str) -> subprocess.CompletedProcess[str]:
     environ = image.environ(**env)
     for name in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST"):  # nothing here may reach a cluster, even by accident
-        environ.pop(name, None)
+        if name not in env:
+            environ.pop(name, None)
     return subprocess.run(
         image.command("mcpg-operator", *argv), capture_output=True, text=True, timeout=60, env=environ, check=False
     )
@@ -49,7 +52,7 @@ def test_help_lists_the_exit_statuses(operator_env: ImageEnv) -> None:
     done = operator(operator_env, "--help")
 
     assert done.returncode == 0
-    for status in (Exit.OK, Exit.FAILED, Exit.USAGE, Exit.UNBINDABLE):
+    for status in (Exit.OK, Exit.FAILED, Exit.USAGE, Exit.UNBINDABLE, Exit.UNREACHABLE):
         assert f"\n  {status.value:<3} " in done.stdout, status
 
 
@@ -93,3 +96,36 @@ def test_a_metrics_address_in_use_exits_3_naming_it(operator_env: ImageEnv, take
 
 def test_its_exit_statuses_are_the_shared_ones() -> None:
     assert (entry.USAGE_ERROR, entry.LOST) == (Exit.USAGE, Exit.FAILED) == (2, 1)
+
+
+def kubeconfig_for(server: str, path: Path) -> Path:
+    """A kubeconfig naming `server`, with a token that is never sent anywhere that answers."""
+    cluster = {"name": "c", "cluster": {"server": server, "insecure-skip-tls-verify": True}}
+    user = {"name": "u", "user": {"token": "not-a-real-token"}}
+    context = {"name": "x", "context": {"cluster": "c", "user": "u"}}
+    doc = {"apiVersion": "v1", "kind": "Config", "clusters": [cluster], "users": [user], "contexts": [context]}
+    path.write_text(json.dumps(doc | {"current-context": "x"}))
+    return path
+
+
+@pytest.mark.parametrize("case", ["no-kubeconfig", "nothing-listening"])
+def test_an_api_server_it_cannot_reach_exits_4_in_one_line(
+    operator_env: ImageEnv, taken_port: int, tmp_path: Path, case: str
+) -> None:
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        refused = closed.getsockname()[1]  # bound, never listening: a connect is refused
+        kubeconfig = tmp_path / "missing" if case == "no-kubeconfig" else tmp_path / "kubeconfig"
+        if case == "nothing-listening":
+            kubeconfig_for(f"https://127.0.0.1:{refused}", kubeconfig)
+        done = operator(
+            operator_env, "--metrics-bind-address=127.0.0.1:0", "--quiet", POD_NAMESPACE="ops",
+            KUBECONFIG=str(kubeconfig),
+        )  # fmt: skip
+
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == Exit.UNREACHABLE, done.stderr
+    [line] = done.stderr.splitlines()
+    said = {"no-kubeconfig": "no Kubernetes configuration", "nothing-listening": "cannot reach the Kubernetes API"}
+    assert line.startswith(f"mcpg-operator: {said[case]}"), line
+    assert "not-a-real-token" not in done.stderr
