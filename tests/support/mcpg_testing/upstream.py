@@ -52,6 +52,8 @@ class Upstream:
     headers_seen: list[dict[str, str]] = field(default_factory=list)
     asked: list[tuple[str, str]] = field(default_factory=list)
     """Every request's method and path, in the order they arrived."""
+    targets: list[str] = field(default_factory=list)
+    """Every request's path and query as sent (not decoded), in the order they arrived."""
     _asked: asyncio.Condition = field(default_factory=asyncio.Condition, repr=False)
 
     def set(
@@ -94,6 +96,7 @@ async def serve(host: str = "127.0.0.1") -> AsyncIterator[Upstream]:
         state.hits[path] = state.hits.get(path, 0) + 1
         state.headers_seen.append(dict(request.headers))
         state.asked.append((request.method, path))
+        state.targets.append(request.raw_path)
         async with state._asked:
             state._asked.notify_all()
         doc = state.docs.get(path)
