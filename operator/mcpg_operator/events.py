@@ -59,13 +59,16 @@ def state_lost(about: observed.Identity, secret: str, recovered: rotation.TokenS
     return [Event(about, "Warning", "RotationStateLost", msg)]
 
 
-def token_transitions(about: observed.Identity, before: dict[str, Any], after: dict[str, Any]) -> list[Event]:
-    """The current token became accepted by every counted pod, or the token went wrong."""
+def token_transitions(
+    about: observed.Identity, before: dict[str, Any], after: dict[str, Any], detail: str = ""
+) -> list[Event]:
+    """The current token became accepted by every counted pod, or the token went wrong (`detail`: what the Event
+    says beyond the Ready message, `statuses.token_detail`)."""
     accepted = _condition(after, c.TOKEN_ACCEPTED)
     out = []
     if accepted.get("status") == "True" and _condition(before, c.TOKEN_ACCEPTED).get("status") != "True":
         out.append(Event(about, "Normal", "TokenAccepted", str(accepted.get("message", ""))))
-    return out + _warning(about, before, after)
+    return out + _warning(about, before, after, detail)
 
 
 def retirements(about: observed.Identity, before: rotation.TokenState, after: rotation.TokenState) -> list[Event]:
@@ -76,9 +79,12 @@ def retirements(about: observed.Identity, before: rotation.TokenState, after: ro
     return [Event(about, "Normal", "TokenRetired", message.format(render.token_digest(t))) for t in sorted(gone)]
 
 
-def watch_transition(about: observed.Identity, before: dict[str, Any], after: dict[str, Any]) -> list[Event]:
+def watch_transition(
+    about: observed.Identity, before: dict[str, Any], after: dict[str, Any], detail: str = ""
+) -> list[Event]:
     """A watch became served (every counted pod serves its entry), or was left out of the gateway or stuck for a
-    reason its Ready condition did not already show; or MCP clients lost (or gained) a principal to use it with."""
+    reason its Ready condition did not already show; or MCP clients lost (or gained) a principal to use it with.
+    `detail`: what the Event says beyond the Ready message (every problem, every pod: `statuses.watch_detail`)."""
     out = []
     ready = _condition(after, c.READY)
     if ready.get("status") == "True" and _condition(before, c.READY).get("status") != "True":
@@ -88,23 +94,26 @@ def watch_transition(about: observed.Identity, before: dict[str, Any], after: di
     clients, clients_before = _condition(after, c.CLIENTS_AUTHORIZED), _condition(before, c.CLIENTS_AUTHORIZED)
     if clients.get("status") == "False" and clients_before.get("status") != "False":
         out.append(Event(about, "Warning", c.NO_PRINCIPALS, str(clients.get("message", ""))))
-    return out + _warning(about, before, after)
+    return out + _warning(about, before, after, detail)
 
 
 def apply_failed(about: observed.Identity, message: str) -> list[Event]:
     return [Event(about, "Warning", c.APPLY_FAILED, message)]
 
 
-def refused(about: observed.Identity, message: str) -> list[Event]:
-    return [Event(about, "Warning", c.SECRET_REFUSED, message)]
+def refused(about: observed.Identity, why: str) -> list[Event]:
+    """The API server refused to create a WebhookToken's generated Secret: `why`, its whole message."""
+    return [Event(about, "Warning", c.SECRET_REFUSED, f"the API server refused to create its Secret: {why}")]
 
 
-def _warning(about: observed.Identity, before: dict[str, Any], after: dict[str, Any]) -> list[Event]:
+def _warning(about: observed.Identity, before: dict[str, Any], after: dict[str, Any], detail: str) -> list[Event]:
+    """A Warning when Ready turns to a new failing reason: `detail` when there is one (the condition's message
+    names the first problem; the Event, every one), else the condition's message."""
     ready = _condition(after, c.READY)
     reason = ready.get("reason")
     if ready.get("status") == "True" or reason in NORMAL_REASONS or reason == _condition(before, c.READY).get("reason"):
         return []
-    return [Event(about, "Warning", str(reason), str(ready.get("message", "")))]
+    return [Event(about, "Warning", str(reason), detail or str(ready.get("message", "")))]
 
 
 def _condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
@@ -127,7 +136,7 @@ def body(namespace: str, event: Event, now: float) -> dict[str, Any]:
             "uid": about.uid,
         },
         "reason": event.reason,
-        "message": event.message[: c.MESSAGE_MAX],
+        "message": c.clamp_event(event.message),
         "type": event.type,
         "source": {"component": COMPONENT},
         "reportingComponent": COMPONENT,

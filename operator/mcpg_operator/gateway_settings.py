@@ -389,7 +389,7 @@ def _first_error(e: ValidationError) -> str:
     if named:
         path.append(named[1])
         message = named[2]
-    return f"{'.'.join(path)}: {message}"
+    return c.fit("{path}: {message}", path=".".join(path), message=message)
 
 
 def status(found: observed.McpGateway, shaped: Shape, has_gateway: bool, now: float) -> dict[str, Any]:

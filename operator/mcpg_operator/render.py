@@ -45,6 +45,9 @@ class Verdict:
     """The spec itself can never work: retrying will not help until it is edited."""
     strategy: str | None = None
     uri: str | None = None
+    detail: str = ""
+    """What the Event for this verdict says beyond `message` (every problem, where it names the first); empty
+    when the message says it all."""
 
 
 @dataclass
@@ -176,10 +179,10 @@ class _Rendered:
         """The watch whose entry a problem's path is in, in `config()` (as `Plan.watch_at`)."""
         return _watch_at(self.owners(), path)
 
-    def refuse(self, watch: str, reason: str, message: str) -> None:
+    def refuse(self, watch: str, reason: str, message: str, detail: str = "") -> None:
         self.entries = [e for e in self.entries if e[0] != watch]
         v = self.verdicts[watch]
-        self.verdicts[watch] = Verdict(False, reason, message, True, v.strategy, v.uri)
+        self.verdicts[watch] = Verdict(False, reason, message, True, v.strategy, v.uri, detail)
 
     def mark_served(self, verdict: Callable[[Verdict], Verdict]) -> None:
         rendered = {name for name, _, _ in self.entries}
@@ -221,13 +224,15 @@ def _refuse_what_the_gateway_would(rendered: _Rendered, section: _Section) -> No
             match = _ENTRY_PATH.match(problem.path)
             watch = rendered.watch_at(problem.path)
             if match is None or watch is None:  # the gateway section: no watch can fix it, so none is served
+                said = spec_paths.in_user_words(problem.path, problem.message, None)
+                message = c.first_of([said], "; no watch is served until it is fixed")
                 for name, _, _ in list(rendered.entries):
-                    rendered.refuse(name, c.INVALID_SPEC, f"the gateway configuration is invalid: {problem}")
+                    rendered.refuse(name, c.INVALID_SPEC, message, said)
                 return
             strategy = rendered.verdicts[watch].strategy or "poll"
             at_fault.setdefault(watch, []).append(spec_paths.in_spec_words(match[3], problem.message, strategy))
         for watch, messages in at_fault.items():
-            rendered.refuse(watch, c.INVALID_SPEC, "; ".join(messages))
+            rendered.refuse(watch, c.INVALID_SPEC, c.first_of(messages), "; ".join(messages))
 
 
 def _refuse_what_does_not_fit(rendered: _Rendered, section: _Section) -> None:
@@ -262,10 +267,7 @@ def _entry_size(entry: dict[str, Any]) -> int:
 
 
 def _too_large(size: int, limit: int) -> str:
-    return (
-        f"with this watch the gateway configuration would be about {size} bytes, over the {limit}-byte limit of "
-        "a Secret, so it is left out: make its spec smaller, or move watches to another namespace"
-    )
+    return f"the gateway configuration would be ~{size} bytes with it, over a Secret's {limit}: shrink its spec"
 
 
 def rendered_values(config: Mapping[str, Any], role: tokens.Role) -> frozenset[str]:
@@ -300,17 +302,11 @@ def parse_config(text: str | None) -> dict[str, Any] | None:
 def no_principal(auth: dict[str, Any] | None) -> str | None:
     """Why no MCP client can use a gateway with this (valid) auth block, or None when some principal can."""
     if auth is None:
-        return (
-            f"no principal can use this gateway: create Secret {AUTH_SECRET} with key {AUTH_KEY} (principals, or "
-            "anonymous access); until then every MCP client is refused with 401"
-        )
+        return f"no principal, so every MCP client gets 401: create Secret {AUTH_SECRET} key {AUTH_KEY}"
     parsed = config.AuthConfig.model_validate(auth)
     if parsed.principals or parsed.anonymous.enabled:
         return None
-    return (
-        f"no principal can use this gateway: Secret {AUTH_SECRET} key {AUTH_KEY} lists no principal and leaves "
-        "anonymous access off, so every MCP client is refused with 401"
-    )
+    return f"no principal, so every MCP client gets 401: Secret {AUTH_SECRET} lists none, anonymous access is off"
 
 
 def _auth(secrets: SecretData) -> tuple[dict[str, Any] | None, str | None]:
@@ -325,11 +321,11 @@ def _auth(secrets: SecretData) -> tuple[dict[str, Any] | None, str | None]:
     except check.ConfigError as e:  # not YAML (its text is never echoed: it stays in the Secret), or too large
         problem = e.problems[0].message
         why = "is not valid YAML" if problem.startswith("not valid YAML") else problem
-        return None, f"{where} {why}; the gateway refuses every MCP client until it is fixed"
+        return None, c.first_of([f"{where} {why}"], "; every MCP client gets 401 until it is fixed")
     except ValidationError as e:
         first = e.errors(include_url=False)[0]
         path = ".".join(str(x) for x in first["loc"])
-        return None, f"{where}: {path}: {first['msg']}; the gateway refuses every MCP client until it is fixed"
+        return None, c.first_of([f"{where}: {path}: {first['msg']}"], "; every MCP client gets 401")
     return auth, None
 
 
@@ -353,13 +349,14 @@ def _one(
     try:
         spec = models.ResourceWatchSpec.model_validate(rw.spec)
     except ValidationError as e:
-        return Verdict(False, c.INVALID_SPEC, _first_errors(e), stalled=True), "", None
+        found = _spec_errors(e)
+        return Verdict(False, c.INVALID_SPEC, c.first_of(found), stalled=True, detail="; ".join(found)), "", None
     watch = spec.watch or models.WatchSpec()
     kind = "resources" if spec.uri is not None else "resource_templates"
     strategy, uri = watch.strategy_type, spec.address
 
-    def refused(reason: str, message: str, stalled: bool = False) -> tuple[Verdict, str, None]:
-        return Verdict(False, reason, message, stalled, strategy, uri), kind, None
+    def refused(reason: str, message: str, stalled: bool = False, detail: str = "") -> tuple[Verdict, str, None]:
+        return Verdict(False, reason, message, stalled, strategy, uri, detail), kind, None
 
     try:
         entry = _entry(rw.name, spec, watch, held, secrets)
@@ -367,22 +364,23 @@ def _one(
         return refused(e.reason, e.message, e.stalled)
     problems = _contract_problems(kind, entry, section, strategy)
     if problems:
-        return refused(c.INVALID_SPEC, "; ".join(problems), stalled=True)
+        return refused(c.INVALID_SPEC, c.first_of(problems), stalled=True, detail="; ".join(problems))
     if spec.address in claims.uris:
-        msg = f"URI {spec.address} is already served by ResourceWatch {claims.uris[spec.address]}"
+        msg = c.fit("URI {uri} is already served by ResourceWatch {other}", uri=uri, other=claims.uris[uri])
         return refused(c.URI_CONFLICT, msg)
     if entry["name"] in claims.names:
-        where = "spec.name" if spec.name else "its name (the default for spec.name)"
-        msg = f"{where} {entry['name']!r} is already used by ResourceWatch {claims.names[entry['name']]}"
+        where = "spec.name" if spec.name else "spec.name (default: metadata.name)"
+        other = claims.names[entry["name"]]
+        msg = c.fit(f"{where} {{name}} is already used by ResourceWatch {{other}}", name=entry["name"], other=other)
         return refused(c.NAME_CONFLICT, msg)
     entry_tokens = [hashlib.sha256(t.encode()).hexdigest() for t in _values_of(entry, "token")]
     clash = next((claims.tokens[d] for d in entry_tokens if d in claims.tokens), None)
     if clash is not None:
-        msg = f"its webhook token is already used by ResourceWatch {clash}; one token maps to one URI"
+        msg = c.fit("spec.watch.webhook.tokenRef: its token is already used by ResourceWatch {other}", other=clash)
         return refused(c.TOKEN_CONFLICT, msg)
     claims.uris[spec.address] = claims.names[entry["name"]] = rw.name
     claims.tokens.update(dict.fromkeys(entry_tokens, rw.name))
-    message = f"served by the gateway as {uri}{_floored(watch)}"
+    message = c.fit(f"served by the gateway as {{uri}}{_floored(watch)}", uri=uri)
     return Verdict(True, c.SERVED, message, False, strategy, uri), kind, entry
 
 
@@ -393,10 +391,7 @@ def _floored(watch: models.WatchSpec) -> str:
         floored = None if spec is None else config.effective_interval_ms(spec.interval_ms)
         if spec is not None and floored is not None and floored != spec.interval_ms:
             floor_s = floored // 1000
-            return (
-                f"; spec.watch.{field_path}.intervalMs {spec.interval_ms} is below the {floor_s} s floor, "
-                f"so it is read every {floor_s} s"
-            )
+            return f"; spec.watch.{field_path}.intervalMs {spec.interval_ms} is below the floor: read every {floor_s} s"
     return ""
 
 
@@ -494,12 +489,14 @@ def _values(name: str, scheme: signing.Scheme | None, held: _Held) -> list[str]:
     signing secrets for `scheme` (for `signature.secretRef`). A WebhookToken holding the other kind is refused."""
     state = held.states.get(name)
     if state is None:
-        raise Unresolved(c.WEBHOOK_TOKEN_NOT_FOUND, f"WebhookToken {name} does not exist in this namespace")
+        raise Unresolved(
+            c.WEBHOOK_TOKEN_NOT_FOUND, c.fit("WebhookToken {name} does not exist in this namespace", name=name)
+        )
     if (mismatch := _mismatch(name, scheme, held.schemes.get(name))) is not None:
         raise Unresolved(c.INVALID_SPEC, mismatch, stalled=True)
     if state.current is None:
         noun = "token" if scheme is None else "signing secret"
-        raise Unresolved(c.TOKEN_PENDING, f"WebhookToken {name} has no {noun} yet (see its status)")
+        raise Unresolved(c.TOKEN_PENDING, c.fit(f"WebhookToken {{name}} has no {noun} yet (see its status)", name=name))
     # Retired values are left out: they stay in the state only until every pod has dropped them.
     return state.tokens()
 
@@ -509,23 +506,21 @@ def _mismatch(name: str, wanted: signing.Scheme | None, held: signing.Scheme | N
     if wanted == held:
         return None
     if wanted is None:
-        return (
-            f"spec.watch.webhook.tokenRef: WebhookToken {name} holds a signing secret (signatureScheme {held}), "
-            "which must never travel in a URL path: name a WebhookToken without signatureScheme"
+        said = (
+            "spec.watch.webhook.tokenRef: WebhookToken {name} holds a signing secret: name one without signatureScheme"
         )
-    what = f"a signing secret for scheme {held}" if held else "a routing token (no signatureScheme)"
-    return (
-        f"spec.watch.webhook.signature.secretRef: WebhookToken {name} holds {what}, not a signing secret for "
-        f"scheme {wanted}: name a WebhookToken whose signatureScheme is {wanted}"
-    )
+        return c.fit(said, name=name)
+    what = f"signatureScheme {held}" if held else "a routing token"
+    said = f"spec.watch.webhook.signature.secretRef: WebhookToken {{name}} holds {what}, not signatureScheme {wanted}"
+    return c.fit(said, name=name)
 
 
 def _secret(secrets: SecretData, ref: models.SecretKeyRef) -> str:
     data = secrets.get(ref.name)
     if data is None:
-        raise Unresolved(c.SECRET_NOT_FOUND, f"Secret {ref.name} does not exist in this namespace")
+        raise Unresolved(c.SECRET_NOT_FOUND, c.fit("Secret {name} does not exist in this namespace", name=ref.name))
     if ref.key not in data:
-        raise Unresolved(c.SECRET_NOT_FOUND, f"Secret {ref.name} has no key {ref.key}")
+        raise Unresolved(c.SECRET_NOT_FOUND, c.fit("Secret {name} has no key {key}", name=ref.name, key=ref.key))
     return data[ref.key]
 
 
@@ -551,12 +546,13 @@ def _contract_problems(kind: str, entry: dict[str, Any], section: _Section, stra
     return [spec_paths.in_spec_words(p.path.removeprefix(prefix).lstrip("."), p.message, strategy) for p in found]
 
 
-def _first_errors(e: ValidationError, limit: int = 3) -> str:
+def _spec_errors(e: ValidationError, limit: int = 8) -> list[str]:
+    """`spec.<field>: <what is wrong>` for each of the first `limit` problems."""
     parts = []
     for err in e.errors(include_url=False)[:limit]:
         path = ".".join(str(x) for x in err["loc"]) or "spec"
         parts.append(f"spec.{path}: {str(err['msg']).removeprefix('Value error, ')}")
-    return "; ".join(parts)
+    return parts
 
 
 def _gateway_config(

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from mcpg_gateway.contract.acknowledgement import Refusal
+from mcpg_operator import conditions as c
 from mcpg_operator import observed
 
 ACK_POLL_S = 0.1
@@ -27,6 +28,8 @@ ACK_BOUND_S = 30.0
 """How long every pod has to acknowledge a configuration before the statuses waiting on it name it."""
 LATE_POLL_S = 5.0
 """How often a pass still waiting after `ACK_BOUND_S` looks again."""
+MIN_NAME = 16
+"""Characters of a late pod's name worth showing (elided) in a message: less says nothing."""
 SHOWN_DIGEST = 12
 """Hex digits of a configuration digest a status shows."""
 
@@ -71,22 +74,18 @@ class Pods:
         """Counted pods that neither serve this configuration nor refused it: the ones still to acknowledge it."""
         return [p for p in self.counted if p.serving_digest != self.digest and not _refuses(p, self.digest)]
 
-    def late(self, pods: Sequence[observed.Pod], now: float) -> str:
-        """What a status waiting on `pods` adds once they are late: each one named with what it serves."""
-        if self.written_at is None or now - self.written_at < ACK_BOUND_S:
-            return ""
-        named = [f"{p.name} {self._why(p)}" for p in pods]
-        if not named:
-            return ""
-        since = int(now - self.written_at)
-        return f"; not acknowledged {since} s after it was written by gateway pod(s): {', '.join(named)}"
+    def late(self, pods: Sequence[observed.Pod], now: float) -> Late | None:
+        """Who of `pods` (those a status waits on) is late with this configuration, once they are; else None."""
+        if self.written_at is None or now - self.written_at < ACK_BOUND_S or not pods:
+            return None
+        return Late(int(now - self.written_at), tuple((p.name, self._why(p)) for p in pods))
 
     def _why(self, pod: observed.Pod) -> str:
         if _refuses(pod, self.digest):
-            return "(refused it)"
+            return "refused it"
         if pod.serving_digest is not None:
-            return f"(serves {pod.serving_digest[:SHOWN_DIGEST]})"
-        return f"(no acknowledgement: {pod.missing or 'serves no configuration yet'})"
+            return f"serves {pod.serving_digest[:SHOWN_DIGEST]}"
+        return "no acknowledgement" + (f": {pod.missing}" if pod.missing else "")
 
     def next_check(self, now: float) -> float | None:
         """How soon to look again while a pod has not acknowledged this configuration; None when none is waited on.
@@ -99,6 +98,50 @@ class Pods:
         if self.written_at is None or now - self.written_at < ACK_BOUND_S:
             return ACK_POLL_S
         return LATE_POLL_S
+
+
+@dataclass(frozen=True, slots=True)
+class Late:
+    """The counted pods still without a configuration `ACK_BOUND_S` after it was written: each named, with what
+    it does instead. A condition names the first (`brief`); its Event, every one (`detail`)."""
+
+    since: int
+    """Seconds since the configuration was written."""
+    pods: tuple[tuple[str, str], ...]
+    """(pod, what it does instead: `serves <digest>`, `refused it`, `no acknowledgement: <why>`)."""
+
+    def brief(self, room: int) -> str:
+        """`; late 45 s: <pod> (<what>) and N more`, in at most `room` characters: the pod's name elided, and
+        what it does, then the pod itself, left to the Event when even that does not fit."""
+        (pod, why), more = self.pods[0], len(self.pods) - 1
+        why = why.partition(":")[0]  # a pod's own error text is for the Event
+        tail = f" and {more} more" if more else ""
+        for template in (f"; late {self.since} s: {{pod}} ({why}){tail}", f"; late {self.since} s: {{pod}}{tail}"):
+            if room - len(template.format(pod="")) >= MIN_NAME:
+                return c.fit(template, room, pod=pod)
+        return c.clamp(f"; {len(self.pods)} pod(s) late {self.since} s", room)
+
+    def detail(self) -> str:
+        named = ", ".join(f"{pod} ({why})" for pod, why in self.pods)
+        return f"not acknowledged {self.since} s after it was written by gateway pod(s): {named}"
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """What gateway pods refused of this pass's configuration that concerns one object (`ConfigRefused`): each
+    problem in the user's words (`spec_paths.in_user_words`), with the pod that found it. The pods keep serving
+    the configuration before, so the condition says the first problem and that; its Event says every one."""
+
+    problems: tuple[tuple[str, str], ...]
+    """(pod, problem), in the order found."""
+
+    def message(self) -> str:
+        distinct = list(dict.fromkeys(problem for _, problem in self.problems))
+        return c.first_of(distinct, "; the gateway keeps its last configuration")
+
+    def detail(self) -> str:
+        found = "; ".join(f"{pod}: {problem}" for pod, problem in self.problems)
+        return f"gateway pod(s) refused the configuration and keep serving the one before: {found}"
 
 
 def plugin_kinds(heard: Sequence[observed.Pod], fallback: Sequence[str]) -> list[str]:

@@ -11,6 +11,8 @@ import re
 
 from pydantic.alias_generators import to_camel
 
+_IN_ENTRY = re.compile(r"^mcp\.capabilities\.(?:resources|resource_templates)\[\d+\]\.?(.*)$")
+"""A path inside one rendered entry, and the entry's own part of it (`render._ENTRY_PATH` is the same shape)."""
 _STEP = re.compile(r"([^.\[]+)((?:\[\d+\])*)")
 
 _ENTRY = {
@@ -35,6 +37,38 @@ _WORDS = (("set url here or gateway.nats.url", "set urlSecretRef or the chart's 
 watch without `urlSecretRef` gets the operator's default server (`MCPG_GATEWAY_NATS_URL`, the chart's value)."""
 
 
+_CHART = (
+    ("gateway.nats.url", "the chart's gateway.natsUrl"),
+    ("gateway.server.allowed_origins", "the chart's gateway.allowedOrigins"),
+    ("gateway.server.server_card", "the chart's gateway.serverCard"),
+    ("gateway.auth", "Secret mcpg-gateway-auth key auth.yaml"),
+    ("gateway", "the chart's gateway"),  # limits, subscriptions, liveness, bus: the chart uses the gateway's keys
+)
+"""The gateway section's paths (`render._gateway_config`) -> what sets each: a chart value, or the auth Secret."""
+
+
+def section_field(path: str) -> str:
+    """What a user edits for `path`, a field of the rendered gateway section (`gateway.nats.url`): the chart's value
+    (`the chart's gateway.natsUrl`), or the namespace's auth Secret; `path` itself when it is in no known place."""
+    for prefix, meant in _CHART:
+        rest = _below(path, prefix)
+        if rest is None:
+            continue
+        if prefix == "gateway.auth" and rest:  # a field inside the Secret's YAML, not a path below its key
+            return f"{meant}: {rest.lstrip('.')}"
+        return meant + rest
+    return path
+
+
+def _below(path: str, prefix: str) -> str | None:
+    """What `path` adds below `prefix` (`.x`, `[1]`, or nothing for `prefix` itself); None if it is not below it."""
+    if path == prefix:
+        return ""
+    if path.startswith(prefix) and path[len(prefix)] in ".[":
+        return path[len(prefix) :]
+    return None
+
+
 def spec_field(path: str, strategy: str) -> str:
     """The ResourceWatch field behind `path`, a field of one rendered entry (`backend.headers.Authorization`, or
     empty for the entry itself); `strategy` is the watch's (`poll`, `webhook`, ...), as `render.Verdict` has it."""
@@ -51,9 +85,29 @@ def spec_field(path: str, strategy: str) -> str:
 
 def in_spec_words(path: str, message: str, strategy: str) -> str:
     """A gateway check's problem (`path: message`, path within the entry) as a ResourceWatch's user reads it."""
+    return f"{spec_field(path, strategy)}: {_reworded(message)}"
+
+
+def in_user_words(path: str, message: str, strategy: str | None) -> str:
+    """A problem a gateway pod found in the whole configuration file (`mcp.capabilities.resources[3].backend.url`):
+    in an entry, as its ResourceWatch's field (`strategy`: that watch's, None when no watch owns the entry); in the
+    gateway section, as the chart's value or the auth Secret that sets it."""
+    entry = _IN_ENTRY.match(path)
+    if entry is not None and strategy is not None:
+        return in_spec_words(entry[1], message, strategy)
+    return f"{section_field(path)}: {_reworded(message)}"
+
+
+_ENTRY_NAMED = re.compile(r"^resource(?: template)? '[^']*', ")
+"""The entry a CEL problem names first (`resource 'f', line 1, column 11: ...`): in a ResourceWatch's status the
+entry is the object itself, and the room goes to the cause (`undeclared reference to 'subscriber.trust_levl'`)."""
+
+
+def _reworded(message: str) -> str:
+    message = _ENTRY_NAMED.sub("", message)
     for said, meant in _WORDS:
         message = message.replace(said, meant)
-    return f"{spec_field(path, strategy)}: {message}"
+    return message
 
 
 def _backend(steps: list[str]) -> str:

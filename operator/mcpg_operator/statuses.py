@@ -16,6 +16,7 @@ from typing import Any
 from mcpg_operator import actions as w
 from mcpg_operator import conditions as c
 from mcpg_operator import objects, observed, render, rotation, tokens
+from mcpg_operator.serving import Late, Refused
 
 Stalled = tuple[str, str] | None
 """(reason, message) of the gateway Deployment's failed Progressing condition, if it has one."""
@@ -30,15 +31,17 @@ class TokenView:
     carried: bool
     """The configuration decided holds the current token (some served watch uses it)."""
     not_carried_message: str = ""
-    """Why no served watch uses it, when it is not carried."""
+    """Why no served watch uses it, when it is not carried (the first watch's reason, fitted)."""
+    not_carried_detail: str = ""
+    """The same, naming every watch that refers to it: for its Event."""
     rollout_stalled: Stalled = None
     acknowledged: int = 0
     """Counted pods serving every entry that carries the current token, as decided."""
     counted: int = 0
-    late: str = ""
-    """The pods late with it, named (`serving.Pods.late`), to add to a message; empty when none is."""
-    refused: str | None = None
-    """A pod refused the configuration, for a reason that concerns this token's watches (`ConfigRefused`)."""
+    late: Late | None = None
+    """The pods late with it (`serving.Pods.late`); None when none is."""
+    refused: Refused | None = None
+    """What pods refused of the configuration that concerns this token's watches (`ConfigRefused`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,15 +52,16 @@ class WatchServing:
     """At least one pod counts, and every counted pod serves the entry as decided."""
     serving: int = 0
     counted: int = 0
-    late: str = ""
-    """The pods late with it, named, to add to a message; empty when none is."""
-    refused: str | None = None
-    """A pod refused the configuration, for a reason that concerns this watch (`ConfigRefused`)."""
+    late: Late | None = None
+    """The pods late with it; None when none is."""
+    refused: Refused | None = None
+    """What pods refused of the configuration that concerns this watch (`ConfigRefused`)."""
 
     def message(self) -> str:
         if not self.counted:
             return "waiting for a gateway pod to be Ready and serve this watch's configuration"
-        return f"{self.serving} of {self.counted} gateway pods serve this watch's configuration{self.late}"
+        said = f"{self.serving} of {self.counted} gateway pods serve this watch's configuration"
+        return said + (self.late.brief(c.MESSAGE_MAX - len(said)) if self.late is not None else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,14 +106,14 @@ def watch_status(
     ready = verdict.served and pods.served and refused is None
     reason, message, stalled = verdict.reason, verdict.message, verdict.stalled
     if refused is not None:
-        reason, message, stalled = c.CONFIG_REFUSED, refused, True
+        reason, message, stalled = c.CONFIG_REFUSED, refused.message(), True
     elif verdict.served and not pods.served:
         reason, message = c.ROLLING_OUT, pods.message()
         if rollout_stalled is not None:
             reason, message, stalled = _stalled_rollout(rollout_stalled)
     clients_problem = gateway.clients_problem if gateway is not None and verdict.served else None
-    if ready and clients_problem:
-        message = f"{message}, but {clients_problem}"
+    if ready and clients_problem:  # the whole problem is ClientsAuthorized's message
+        message = c.first_of([message], ", but every MCP client gets 401 (see ClientsAuthorized)")
     reconciling = verdict.served and not ready and not stalled
     conds = c.set_condition(conds, c.READY, ready, reason, message, gen, now)
     conds = c.set_condition(conds, c.RECONCILING, reconciling, reason, message, gen, now)
@@ -128,6 +132,29 @@ def watch_status(
         "webhookTokenSecret": token_secret if webhook else None,
         "signatureSecret": signature_secret if webhook else None,
     }
+
+
+def watch_detail(verdict: render.Verdict, pods: WatchServing, rollout_stalled: Stalled = None) -> str:
+    """What the Event for a change of this watch's Ready says beyond its message (`watch_status`): every problem,
+    every pod; empty when the message says it all."""
+    if not verdict.served:
+        return verdict.detail
+    if pods.refused is not None:
+        return pods.refused.detail()
+    if not pods.served and rollout_stalled is not None:
+        return _stalled_detail(rollout_stalled)
+    return pods.late.detail() if not pods.served and pods.late is not None else ""
+
+
+def token_detail(view: TokenView) -> str:
+    """What the Event for a change of a WebhookToken's Ready says beyond its message (`token_status`)."""
+    if not view.carried and not view.accepted:
+        return view.not_carried_detail
+    if view.refused is not None:
+        return view.refused.detail()
+    if not view.accepted and view.rollout_stalled is not None:
+        return _stalled_detail(view.rollout_stalled)
+    return view.late.detail() if not view.accepted and view.late is not None else ""
 
 
 def _clients(conds: list[dict[str, Any]], gateway: Gateway | None, gen: int, now: float) -> list[dict[str, Any]]:
@@ -194,24 +221,29 @@ def _accepted(src: tokens.Source, state: rotation.TokenState, at: float | None) 
     }
 
 
-def _about(src: tokens.Source, state: rotation.TokenState) -> str:
-    """`token <digest> (Secret <name> at resourceVersion <v>)`: which token, read where, a condition is about."""
+def _about(src: tokens.Source, state: rotation.TokenState, said: str) -> str:
+    """`token <digest> <said> (Secret <name> at resourceVersion <v>)`: which token, read where, a condition is
+    about; the Secret's name (the user's, up to 253 characters) elided to fit."""
     digest = render.token_digest(state.current) if state.current else "none"
-    where = f"Secret {src.spec.secret_ref.name}" if src.spec is not None else "its Secret"
-    return f"{src.noun} {digest} ({where} at resourceVersion {src.secret_version or 'unknown'})"
+    name = src.spec.secret_ref.name if src.spec is not None else "?"
+    version = src.secret_version or "unknown"
+    template = f"{src.noun} {digest} {said} (Secret {{name}} at resourceVersion {{version}})"
+    return c.fit(template, name=name, version=version)
 
 
 def _accepted_message(src: tokens.Source, state: rotation.TokenState, view: TokenView) -> str:
     # With no pod counted now, it stays accepted: configurations only move forward, and a new pod reads the newest.
-    pods = f"all {view.counted} counted gateway pod(s)" if view.counted else "every gateway pod counted"
-    return f"{_about(src, state)} is accepted: {pods} acknowledged a configuration carrying it"
+    pods = f"all {view.counted} counted gateway pod(s)" if view.counted else "every counted gateway pod"
+    return _about(src, state, f"is accepted by {pods}")
 
 
-def refused(wt: observed.Token, message: str, now: float) -> dict[str, Any]:
-    """The status of a WebhookToken whose generated Secret the API server refused to create.
+def refused(wt: observed.Token, why: str, now: float) -> dict[str, Any]:
+    """The status of a WebhookToken whose generated Secret the API server refused to create (`why`: its message,
+    elided here; the Event has it whole).
 
     The same conditions `token_status` keeps deciding while the Secret is still missing, so passes agree.
     """
+    message = c.fit("the API server refused to create its Secret: {why}", why=why)
     gen, conds = wt.id.generation, list(wt.status.get("conditions", []))
     for type_ in (c.READY, c.TOKEN_ACCEPTED):
         conds = c.set_condition(conds, type_, False, c.SECRET_REFUSED, message, gen, now)
@@ -225,7 +257,9 @@ def apply_failed(decided: dict[str, Any], failure: w.Failure, generation: int, n
     Retried either way; a refusal (`failure.permanent`) is Stalled, since sending the same write again will not
     help until someone changes something (the spec, a quota, another Service holding a node port).
     """
-    conds, said = list(decided.get("conditions", [])), (c.APPLY_FAILED, failure.message, generation, now)
+    # The API server's message leads and ends with what matters (the object, the field): elided in the middle.
+    message = c.short(failure.message, c.MESSAGE_MAX)
+    conds, said = list(decided.get("conditions", [])), (c.APPLY_FAILED, message, generation, now)
     conds = c.set_condition(conds, c.READY, False, *said)
     conds = c.set_condition(conds, c.RECONCILING, not failure.permanent, *said)
     conds = c.set_stalled(conds, failure.permanent, *said)
@@ -263,21 +297,21 @@ def _phase(src: tokens.Source, state: rotation.TokenState, view: TokenView) -> t
         return "Error", False, c.INVALID_SPEC, src.secret_error
     if state.current is None:
         ref = src.spec.secret_ref
-        hint = "" if src.spec.generate else ", or set generate: true"
-        msg = f"Secret {ref.name} with key {ref.key} is missing, so no {src.noun} is accepted; create it{hint}"
+        hint = "" if src.spec.generate else ", or set spec.generate: true"
+        msg = c.fit(f"Secret {{name}} key {{key}} is missing: create it{hint}", name=ref.name, key=ref.key)
         return "Pending", False, c.SECRET_NOT_FOUND, msg
     if not view.carried and not view.accepted:
         return "Unused", False, c.NOT_SERVED, view.not_carried_message
     if view.refused is not None:  # Ready no more: the rotation cannot go on until the configuration is fixed
         phase = "Rolling" if not view.accepted else "Retiring" if state.retiring else "Ready"
-        return phase, False, c.CONFIG_REFUSED, view.refused
+        return phase, False, c.CONFIG_REFUSED, view.refused.message()
     if not view.accepted:
         if view.rollout_stalled is not None:
             return ("Rolling", False, *_stalled_rollout(view.rollout_stalled)[:2])
         return "Rolling", False, c.TOKEN_ROTATING, _waiting_message(src, state, view)
     if state.retiring:
         removing = len(rotation.retired(state))
-        gone = f" ({removing} left out of the configuration, until every gateway pod drops it)" if removing else ""
+        gone = f" ({removing} left out of the configuration until every gateway pod drops it)" if removing else ""
         message = f"{len(state.retiring)} replaced {src.noun}(s) still accepted{gone}"
         return "Retiring", True, c.RETIRING_OLD_TOKENS, message
     message = f"every counted gateway pod accepts the current {src.noun}; no old {src.noun} remains"
@@ -286,9 +320,13 @@ def _phase(src: tokens.Source, state: rotation.TokenState, view: TokenView) -> t
 
 def _waiting_message(src: tokens.Source, state: rotation.TokenState, view: TokenView) -> str:
     if not view.counted:
-        return f"{_about(src, state)} is not accepted yet: waiting for a gateway pod to be Ready"
-    pods = f"{view.acknowledged} of {view.counted} gateway pods acknowledged a configuration carrying it"
-    return f"{_about(src, state)} is not accepted yet: {pods}{view.late}"
+        return _about(src, state, "is not accepted yet: no gateway pod is Ready")
+    if view.late is None:
+        return _about(src, state, f"is not accepted yet: {view.acknowledged} of {view.counted} gateway pods have it")
+    # Late pods matter more than where the token was read: the Secret's version is in status.accepted once it is.
+    digest = render.token_digest(state.current) if state.current else "none"
+    said = f"{src.noun} {digest} is not accepted yet: {view.acknowledged} of {view.counted} gateway pods have it"
+    return said + view.late.brief(c.MESSAGE_MAX - len(said))
 
 
 def _refusal(wt: observed.Token, src: tokens.Source) -> str | None:
@@ -310,7 +348,7 @@ def _token_stalled(src: tokens.Source, state: rotation.TokenState, view: TokenVi
     if src.secret_error is not None:  # retrying will not help until someone edits the Secret
         return c.INVALID_SPEC, src.secret_error
     if state.current is not None and view.carried and view.refused is not None:
-        return c.CONFIG_REFUSED, view.refused
+        return c.CONFIG_REFUSED, view.refused.message()
     if state.current is not None and not view.accepted and view.rollout_stalled is not None:
         reason, message, _ = _stalled_rollout(view.rollout_stalled)
         return reason, message
@@ -318,9 +356,15 @@ def _token_stalled(src: tokens.Source, state: rotation.TokenState, view: TokenVi
 
 
 def _stalled_rollout(stalled: tuple[str, str]) -> tuple[str, str, bool]:
+    """The gateway Deployment's failed Progressing condition, its message elided (`_stalled_detail` has it all)."""
     reason, message = stalled
-    text = f"the gateway Deployment stopped rolling out ({reason}): {message}; every token not yet retired is kept"
+    text = c.first_of([f"the gateway Deployment stopped rolling out: {message}"])
     return reason or c.ROLLOUT_STALLED, text, True
+
+
+def _stalled_detail(stalled: tuple[str, str]) -> str:
+    reason, message = stalled
+    return f"the gateway Deployment stopped rolling out ({reason}): {message}; every token not yet retired is kept"
 
 
 def _retiring(r: rotation.Retiring, grace: int) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from mcpg_gateway.contract import config, signing
+from mcpg_operator import conditions as c
 from mcpg_operator import models, rotation
 from mcpg_operator.objects import MANAGED, WATCHED_LABEL
 
@@ -83,13 +84,13 @@ def source(
     try:
         parsed = models.WebhookTokenSpec.model_validate(spec)
     except ValidationError as e:
-        return Source(None, str(e))
+        return Source(None, _spec_problem(e))
     data = secrets.get(parsed.secret_ref.name)
     value = (data or {}).get(parsed.secret_ref.key) or None
     version = (versions or {}).get(parsed.secret_ref.name) or None
     found = Source(parsed, None, value, data is not None, None, version)
     if value is not None and (problem := _value_problem(parsed, value)) is not None:
-        return _refused(found, f"does not hold a usable {found.noun}: {problem}")
+        return _refused(found, problem)
     return found
 
 
@@ -102,8 +103,20 @@ def _value_problem(spec: models.WebhookTokenSpec, value: str) -> str | None:
 
 def _refused(src: Source, problem: str) -> Source:
     """`src` with its value refused: reported naming the Secret and key, and used nowhere."""
-    where = f"Secret {src.spec.secret_ref.name} key {src.spec.secret_ref.key}" if src.spec else "its Secret"
-    return replace(src, secret_value=None, secret_error=f"{where} {problem}; edit it")
+    if src.spec is None:
+        return replace(src, secret_value=None, secret_error=c.first_of([f"its Secret: {problem}"], "; edit it"))
+    ref = src.spec.secret_ref
+    where = c.fit("Secret {name} key {key}", 60, name=ref.name, key=ref.key)
+    said = c.first_of([f"{where}: {problem}"], "; edit it")  # the problem cut at its end, if at all
+    return replace(src, secret_value=None, secret_error=said)
+
+
+def _spec_problem(e: ValidationError) -> str:
+    """A status message for a spec the model refuses: the first problem, `spec.<field>: <what>` (fitted)."""
+    err = e.errors(include_url=False)[0]
+    path = ".".join(["spec", *(str(x) for x in err["loc"])])
+    more = f" (+{e.error_count() - 1} more)" if e.error_count() > 1 else ""
+    return c.fit("{path}: {what}" + more, path=path, what=str(err["msg"]).removeprefix("Value error, "))
 
 
 def apart(sources: Mapping[str, Source]) -> dict[str, Source]:
@@ -113,7 +126,7 @@ def apart(sources: Mapping[str, Source]) -> dict[str, Source]:
     for src in sources.values():
         if src.secret_value:
             roles.setdefault(src.secret_value, set()).add(src.role)
-    problem = "holds a value another WebhookToken uses in the other role (a routing token and a signing secret)"
+    problem = "another WebhookToken uses this value in the other role"
     both = {value for value, held in roles.items() if len(held) > 1}
     return {
         name: _refused(src, f"{problem}: give each its own value") if src.secret_value in both else src

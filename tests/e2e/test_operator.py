@@ -125,7 +125,9 @@ def test_the_namespace_auth_secret_becomes_the_gateways_auth_and_no_token_is_ren
     bad["spec"]["watch"]["notificationFilter"]["expression"] = 'subscriber.trust_levl == "verified"'
     apply(control_plane, namespace, bad)
     wait(control_plane, namespace, "--for=condition=Stalled", "resourcewatch/typo")
-    assert "trust_levl" in condition(get(control_plane, namespace, "resourcewatch", "typo"), "Stalled")["message"]
+    stalled = condition(get(control_plane, namespace, "resourcewatch", "typo"), "Stalled")["message"]
+    assert stalled.startswith("spec.watch.notificationFilter.expression: ")  # the whole problem is in its Event
+    assert "trust_levl" in stalled  # the cause, named, before any detail
     assert [r["name"] for r in rendered_config(control_plane, namespace)["mcp"]["capabilities"]["resources"]] == [
         "finance-ledger"
     ]

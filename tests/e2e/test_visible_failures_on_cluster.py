@@ -96,7 +96,8 @@ def test_an_admission_refusal_of_the_gateway_reaches_every_watch_and_clears_once
     # This namespace has no mcpg-gateway-auth Secret: served, and saying that no MCP client can use it.
     assert _condition(rw, "ClientsAuthorized")["status"] == "False"
     said = _condition(rw, "Ready")["message"]
-    assert "but no principal can use this gateway: create Secret mcpg-gateway-auth" in said
+    assert said.endswith(", but every MCP client gets 401 (see ClientsAuthorized)")
+    assert "create Secret mcpg-gateway-auth" in _condition(rw, "ClientsAuthorized")["message"]
     warned = _get(control_plane, namespace, "events", "--field-selector", "reason=NoPrincipals")["items"]
     assert sorted(e["involvedObject"]["name"] for e in warned) == ["first", "second"]
     served = _get(control_plane, namespace, "events", "--field-selector", "reason=Served")["items"]

@@ -19,7 +19,8 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from mcpg_operator import bus, objects, observed, render, rotation, serving, statuses, tokens
+from mcpg_operator import bus, objects, observed, render, rotation, serving, spec_paths, statuses, tokens
+from mcpg_operator import conditions as c
 from mcpg_operator.settings import GatewayDefaults
 from mcpg_operator.tokens import Role
 
@@ -156,25 +157,37 @@ def view(
     state: rotation.TokenState,
     plan: render.Plan,
     pods: serving.Pods,
-    refused: str | None,
+    refused: serving.Refused | None,
     now: float,
 ) -> statuses.TokenView:
     """What a WebhookToken's status reports besides its own state: is its current token accepted, by how many
     pods, and who is late or refused the configuration carrying it."""
     carrying = entries_carrying(plan, state.current, src.role)
-    used_by = users(snap, webhook_token, src.role)
-    why = "; ".join(f"ResourceWatch {rw.name}: {plan.verdicts[rw.name].reason}" for rw in used_by)
-    unused = f"no ResourceWatch the gateway serves uses this {src.noun} ({why or 'none refers to it'})"
+    why = [(rw.name, plan.verdicts[rw.name].reason) for rw in users(snap, webhook_token, src.role)]
     return statuses.TokenView(
         accepted=bool(carrying) and state.current_accepted_at is not None,
         carried=bool(carrying),
-        not_carried_message=unused,
+        not_carried_message=_unused(src.noun, why),
+        not_carried_detail=_unused_detail(src.noun, why),
         rollout_stalled=snap.deployment.stalled if snap.deployment is not None else None,
         acknowledged=pods.serving(carrying) if carrying else 0,
         counted=len(pods.counted),
-        late=pods.late(pods.without(carrying), now) if carrying else "",
+        late=pods.late(pods.without(carrying), now) if carrying else None,
         refused=refused,
     )
+
+
+def _unused(noun: str, why: Sequence[tuple[str, str]]) -> str:
+    """Why no served watch uses a token: the first watch that refers to it, and its Ready reason."""
+    if not why:
+        return f"no ResourceWatch refers to this {noun}: name it in a webhook watch's tokenRef or signature"
+    (name, reason), more = why[0], f" (+{len(why) - 1} more, see Events)" if len(why) > 1 else ""
+    return c.fit(f"no served ResourceWatch uses this {noun}: {{name}} is {reason}{more}", name=name)
+
+
+def _unused_detail(noun: str, why: Sequence[tuple[str, str]]) -> str:
+    named = "; ".join(f"ResourceWatch {name}: {reason}" for name, reason in why)
+    return f"no ResourceWatch the gateway serves uses this {noun} ({named or 'none refers to it'})"
 
 
 def next_check(states: States, sources: Mapping[str, tokens.Source], now: float) -> float | None:
@@ -184,26 +197,34 @@ def next_check(states: States, sources: Mapping[str, tokens.Source], now: float)
     return min(waits) if waits else None
 
 
-def refusals(plan: render.Plan, pods: serving.Pods) -> dict[str | None, list[str]]:
+def refusals(plan: render.Plan, pods: serving.Pods) -> dict[str | None, list[tuple[str, str]]]:
     """What counted pods refused of this pass's configuration, by the watch whose entry each problem is in (None:
-    a problem in no entry, which concerns every object of the namespace)."""
-    out: dict[str | None, list[str]] = {}
+    a problem in no entry, which concerns every object of the namespace): (pod, the problem in the user's words)."""
+    out: dict[str | None, list[tuple[str, str]]] = {}
     for pod, refusal in pods.refusals():
         for problem in refusal.problems:
-            out.setdefault(plan.watch_at(problem.path), []).append(f"{pod}: {problem.path}: {problem.message}")
+            watch = plan.watch_at(problem.path)
+            said = spec_paths.in_user_words(problem.path, problem.message, _strategy(plan, watch))
+            out.setdefault(watch, []).append((pod, said))
     return out
 
 
-def refused_message(found: Sequence[str]) -> str | None:
-    """A ConfigRefused condition's message from the problems that concern one object; None if none does."""
-    if not found:
+def _strategy(plan: render.Plan, watch: str | None) -> str | None:
+    """The strategy of the watch that owns an entry (as `render.Verdict` says it), None when no watch does."""
+    if watch is None:
         return None
-    return "a gateway pod refused the configuration (it keeps serving the one before): " + "; ".join(found)
+    verdict = plan.verdicts.get(watch)
+    return (verdict.strategy if verdict is not None else None) or "poll"
+
+
+def refused_message(found: Sequence[tuple[str, str]]) -> serving.Refused | None:
+    """A ConfigRefused condition's problems, of those that concern one object; None if none does."""
+    return serving.Refused(tuple(found)) if found else None
 
 
 def users_refused(
-    snap: observed.Snapshot, webhook_token: str, role: Role, found: Mapping[str | None, list[str]]
-) -> str | None:
+    snap: observed.Snapshot, webhook_token: str, role: Role, found: Mapping[str | None, list[tuple[str, str]]]
+) -> serving.Refused | None:
     """The refusal that concerns a WebhookToken: of every object, or of a watch that uses it (in `role`)."""
     names = [rw.name for rw in users(snap, webhook_token, role)]
     return refused_message([*found.get(None, []), *(x for name in names for x in found.get(name, []))])

@@ -108,8 +108,8 @@ def decide(
         t.name: acceptance.view(snap, t.name, sources[t.name], states[t.name], plan, pods, refused_by[t.name], now)
         for t in snap.tokens
     }
-    status_by_ref, status_writes = _statuses(snap, sources, states, views, plan, pods, refused, now)
-    evts = _events(snap, edits, recovered, states, status_by_ref)
+    status_by_ref, status_writes, details = _statuses(snap, sources, states, views, plan, pods, refused, now)
+    evts = _events(snap, edits, recovered, states, status_by_ref, details)
     posts = [w.PostEvent(events.body(snap.namespace, e, now)) for e in evts]
     rolled_out = _rolled_out(snap.deployment, plan)
     gateway = gateway_objects.writes(snap, plan, defaults, wiring, rolled_out, shaped, now)
@@ -245,10 +245,13 @@ def _statuses(
     views: dict[str, statuses.TokenView],
     plan: render.Plan,
     pods: serving.Pods,
-    refused: Mapping[str | None, list[str]],
+    refused: Mapping[str | None, list[tuple[str, str]]],
     now: float,
-) -> tuple[dict[w.Ref, dict[str, Any]], list[w.Write]]:
+) -> tuple[dict[w.Ref, dict[str, Any]], list[w.Write], dict[w.Ref, str]]:
+    """Every status decided, the writes of those that changed, and what each one's Event may say beyond its
+    Ready message (`statuses.watch_detail`)."""
     decided: dict[w.Ref, tuple[dict[str, Any], dict[str, Any]]] = {}
+    details: dict[w.Ref, str] = {}
     stalled = snap.deployment.stalled if snap.deployment is not None else None
     gateway = statuses.Gateway(snap.namespace, plan.clients_problem)
     desired = render.entry_digests(plan.config)
@@ -258,18 +261,24 @@ def _statuses(
         at = _watch_serving(rw, entry, pods, refused, now)
         held = (_secret_of(rw, sources, "token"), _secret_of(rw, sources, "signature"))
         status = statuses.watch_status(rw, verdict, entry, at, now, stalled, gateway, *held)
-        decided[w.Ref("resourcewatches", rw.name, GROUP)] = (rw.status, status)
+        decided[ref := w.Ref("resourcewatches", rw.name, GROUP)] = (rw.status, status)
+        details[ref] = statuses.watch_detail(verdict, at, stalled)
     for t in snap.tokens:
         status = statuses.token_status(t, sources[t.name], states[t.name], views[t.name], now, gateway)
-        decided[w.Ref("webhooktokens", t.name, GROUP)] = (t.status, status)
+        decided[ref := w.Ref("webhooktokens", t.name, GROUP)] = (t.status, status)
+        details[ref] = statuses.token_detail(views[t.name])
     patches: list[w.Write] = [
         w.MergePatchStatus(ref, after) for ref, (before, after) in decided.items() if statuses.changed(before, after)
     ]
-    return {ref: after for ref, (_, after) in decided.items()}, patches
+    return {ref: after for ref, (_, after) in decided.items()}, patches, details
 
 
 def _watch_serving(
-    rw: observed.Watch, entry: str, pods: serving.Pods, refused: Mapping[str | None, list[str]], now: float
+    rw: observed.Watch,
+    entry: str,
+    pods: serving.Pods,
+    refused: Mapping[str | None, list[tuple[str, str]]],
+    now: float,
 ) -> statuses.WatchServing:
     """How far the counted pods are with a watch's entry, who is late with it, and what they refused of it."""
     found = acceptance.refused_message([*refused.get(None, []), *refused.get(rw.name, [])])
@@ -277,7 +286,7 @@ def _watch_serving(
         served=bool(entry) and pods.serve([entry]),
         serving=pods.serving([entry]) if entry else 0,
         counted=len(pods.counted),
-        late=pods.late(pods.without([entry]), now) if entry else "",
+        late=pods.late(pods.without([entry]), now) if entry else None,
         refused=found,
     )
 
@@ -298,16 +307,19 @@ def _events(
     recovered: States,
     states: States,
     decided: dict[w.Ref, dict[str, Any]],
+    details: Mapping[w.Ref, str],
 ) -> tuple[events.Event, ...]:
     out: list[events.Event] = []
     for t in snap.tokens:
+        ref = w.Ref("webhooktokens", t.name, GROUP)
         if recovered[t.name] is not t.state:
             out += events.state_lost(t.id, tokens.state_secret_name(t.name), recovered[t.name])
         out += events.promotion(t.id, recovered[t.name], edits[t.name])
-        out += events.token_transitions(t.id, t.status, decided[w.Ref("webhooktokens", t.name, GROUP)])
+        out += events.token_transitions(t.id, t.status, decided[ref], details.get(ref, ""))
         out += events.retirements(t.id, edits[t.name].state, states[t.name])
     for rw in snap.watches:
-        out += events.watch_transition(rw.id, rw.status, decided[w.Ref("resourcewatches", rw.name, GROUP)])
+        ref = w.Ref("resourcewatches", rw.name, GROUP)
+        out += events.watch_transition(rw.id, rw.status, decided[ref], details.get(ref, ""))
     return tuple(out)
 
 
@@ -347,9 +359,8 @@ def report(snap: observed.Snapshot, refusals: Sequence[w.Refusal], now: float) -
         t = next((t for t in snap.tokens if t.id.uid == refusal.about.uid), None)
         if t is None:
             continue
-        message = f"the API server refused to create its Secret: {refusal.message}"
-        after = statuses.refused(t, message, now)
+        after = statuses.refused(t, refusal.message, now)
         if statuses.changed(t.status, {**t.status, **after}):  # reported once, not on every pass that retries
             out.append(w.MergePatchStatus(w.Ref("webhooktokens", t.name, GROUP), after))
-            out += [w.PostEvent(events.body(snap.namespace, e, now)) for e in events.refused(t.id, message)]
+            out += [w.PostEvent(events.body(snap.namespace, e, now)) for e in events.refused(t.id, refusal.message)]
     return w.in_order(out)

@@ -180,7 +180,7 @@ def test_a_refused_secret_value_is_reported_on_the_webhook_token_naming_the_key_
     token = statuses(decided)["webhooktokens"]
     ready = condition(token, "Ready")
     assert (token["phase"], ready["status"], ready["reason"]) == ("Error", "False", "InvalidSpec")
-    assert ready["message"].startswith("Secret tok-secret key token does not hold a usable token: ")
+    assert ready["message"].startswith("Secret tok-secret key token: a webhook token must ")
     assert "ASCII characters a URL path segment holds" in ready["message"]
     assert condition(token, "Stalled")["status"] == "True"
     posted = [x.body for x in decided.writes if isinstance(x, w.PostEvent)]

@@ -215,7 +215,9 @@ def test_a_broken_cel_expression_stalls_its_watch_and_never_reaches_the_gateway(
     plan = render.plan([watch("f", spec)], {}, {}, DEFAULTS)
     verdict = plan.verdicts["f"]
     assert (verdict.served, verdict.reason, verdict.stalled) == (False, c.INVALID_SPEC, True)
-    assert "trust_levl" in verdict.message
+    assert verdict.message.startswith("spec.watch.notificationFilter.expression: line 1, column 1")
+    assert "undeclared reference to 'subscriber.trust_levl'" in verdict.message  # the cause fits: no entry name
+    assert "trust_levl" in verdict.detail  # the whole problem, for the Event
     assert plan.config["mcp"]["capabilities"]["resources"] == []
 
 
@@ -276,7 +278,7 @@ def test_every_watch_the_gateway_would_refuse_is_left_out_naming_the_field() -> 
         "plugin": (False, c.INVALID_SPEC),
         "nats": (False, c.INVALID_SPEC),
     }
-    assert "spec.name 'inbox' is already used by ResourceWatch named" in plan.verdicts["same-name"].message
+    assert "spec.name inbox is already used by ResourceWatch named" in plan.verdicts["same-name"].message
     assert "spec.watch.plugin.kind: no installed watch-strategy plugin has kind 'not-installed'" in (
         plan.verdicts["plugin"].message
     )

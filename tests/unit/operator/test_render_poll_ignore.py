@@ -65,8 +65,9 @@ def test_a_bad_pointer_stalls_the_watch_naming_the_field_and_never_reaches_the_g
     verdict = plan.verdicts["ci"]
     assert (verdict.served, verdict.reason, verdict.stalled) == (False, c.INVALID_SPEC, True)
     assert "spec.watch.poll.ignore[1]: '/jobs/~2': '~2' is not an escape" in verdict.message
-    assert "spec.watch.poll.ignore[2]: the empty pointer is the whole document" in verdict.message
-    assert "ignore[0]" not in verdict.message
+    assert verdict.message.endswith("(+1 more, see Events)")  # the Event has each
+    assert "spec.watch.poll.ignore[2]: the empty pointer is the whole document" in verdict.detail
+    assert "ignore[0]" not in verdict.detail
     assert plan.config["mcp"]["capabilities"]["resources"] == []
 
 

@@ -67,3 +67,26 @@ def test_a_problem_naming_the_gateways_default_nats_server_names_the_charts_valu
         "spec.watch.natsTopic.urlSecretRef: no NATS server for this watch: set urlSecretRef or the chart's "
         "gateway.natsUrl"
     )
+
+
+@pytest.mark.parametrize(
+    ("path", "said"),
+    [
+        ("gateway.nats.url", "the chart's gateway.natsUrl"),
+        ("gateway.server.allowed_origins[2]", "the chart's gateway.allowedOrigins[2]"),
+        ("gateway.limits.watches_total", "the chart's gateway.limits.watches_total"),
+        ("gateway.auth.principals[0].token", "Secret mcpg-gateway-auth key auth.yaml: principals[0].token"),
+        ("elsewhere.x", "elsewhere.x"),
+    ],
+)
+def test_a_path_in_the_gateway_section_reads_as_what_sets_it(path: str, said: str) -> None:
+    assert spec_paths.section_field(path) == said
+
+
+def test_a_pods_refusal_reads_as_the_watchs_field_or_the_charts_value() -> None:
+    in_entry = spec_paths.in_user_words("mcp.capabilities.resources[3].backend.url", "has no scheme", "poll")
+    in_section = spec_paths.in_user_words("gateway.nats.url", "not a NATS URL", None)
+    assert (in_entry, in_section) == (
+        "spec.backend.http.url: has no scheme",
+        "the chart's gateway.natsUrl: not a NATS URL",
+    )

@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from mcpg_operator import metrics, models, observed, render, statuses, tokens
+from mcpg_operator import metrics, models, observed, render, serving, statuses, tokens
 from mcpg_operator.rotation import Retiring, TokenState
 from mcpg_testing.manifests import crd
 
@@ -44,8 +44,12 @@ def verdict(served: bool, strategy: str = "poll") -> render.Verdict:
 
 
 SERVED = statuses.WatchServing(served=True, serving=2, counted=2)
-WAITING = statuses.WatchServing(served=False, serving=1, counted=2, late="; not acknowledged 31 s after ...")
-REFUSED = statuses.WatchServing(served=False, serving=0, counted=2, refused="mcpg-gateway-x: mcp.a: no")
+WAITING = statuses.WatchServing(
+    served=False, serving=1, counted=2, late=serving.Late(31, (("mcpg-gateway-x", "serves 0123456789ab"),))
+)
+REFUSED = statuses.WatchServing(
+    served=False, serving=0, counted=2, refused=serving.Refused((("mcpg-gateway-x", "spec.uri: no"),))
+)
 
 WATCH_STATUSES = {
     "served, every pod serving it, with its gateway": lambda: statuses.watch_status(
@@ -101,7 +105,9 @@ TOKEN_STATUSES = {
         WT,
         READ,
         TokenState(current="new", retiring=(Retiring("old", 800.0),)),
-        statuses.TokenView(accepted=False, carried=True, counted=2, refused="a pod refused the configuration"),
+        statuses.TokenView(
+            accepted=False, carried=True, counted=2, refused=serving.Refused((("pod-a", "spec.uri: no"),))
+        ),
         NOW,
     ),
     "rolling": lambda: statuses.token_status(

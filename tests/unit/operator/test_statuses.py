@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mcpg_operator import models, observed, render, statuses, tokens
+from mcpg_operator import models, observed, render, serving, statuses, tokens
 from mcpg_operator.rotation import Retiring, TokenState
 
 NOW = 1_000.0
@@ -61,9 +61,7 @@ def test_a_missing_secret_says_how_to_fix_it() -> None:
     assert status["phase"] == "Pending"
     assert conditions(status)["Ready"] == ("False", "SecretNotFound")
     [ready] = [c for c in status["conditions"] if c["type"] == "Ready"]
-    assert ready["message"] == (
-        "Secret s with key token is missing, so no token is accepted; create it, or set generate: true"
-    )
+    assert ready["message"] == "Secret s key token is missing: create it, or set spec.generate: true"
     assert "Stalled" not in conditions(status)
 
 
@@ -83,7 +81,9 @@ def test_a_watch_is_ready_only_once_every_counted_pod_serves_its_entry_and_says_
 
 def test_a_watch_whose_entry_a_pod_refused_is_stalled_naming_the_pod_and_the_problem() -> None:
     verdict = render.Verdict(True, "Served", "served", False, "poll", "x://w")
-    refused = statuses.WatchServing(served=True, serving=2, counted=2, refused="pod-a: mcp.x: no")
+    refused = statuses.WatchServing(
+        served=True, serving=2, counted=2, refused=serving.Refused((("pod-a", "spec.uri: no"),))
+    )
     status = statuses.watch_status(watch(1), verdict, "a" * 64, refused, now=NOW)
     assert conditions(status)["Ready"] == ("False", "ConfigRefused")
     assert conditions(status)["Stalled"] == ("True", "ConfigRefused")

@@ -65,7 +65,7 @@ async def test_a_configuration_over_the_secret_limit_leaves_out_the_watches_that
     assert left_out == ["big16", "big17"]  # the latest, which push it over
     assert ready(kube, "resourcewatches", "big17") == ("False", "ConfigTooLarge")
     assert condition(kube, "resourcewatches", "big17", "Stalled") == ("True", "ConfigTooLarge")
-    assert "1048576-byte limit" in str(events_about(kube, "big17"))
+    assert "over a Secret's 1048576" in str(events_about(kube, "big17"))
     assert served_uris(kube) == {"x://small", *(f"x://big{i:02}" for i in range(16))}
     kube.put(resourcewatch("later", token=None))  # a watch added afterwards is still served
     await settle(kube, clock)
@@ -106,7 +106,8 @@ async def test_a_token_whose_watch_waits_on_a_missing_secret_is_not_accepted(kub
     assert ready(kube, "resourcewatches", "hook") == ("False", "SecretNotFound")
     assert condition(kube, "webhooktokens", "tok", "TokenAccepted") == ("False", "NotServed")
     message = kube.objects[f"/apis/mcpg.dev/v1alpha1/namespaces/{NS}/webhooktokens/tok"]["status"]["conditions"]
-    assert "ResourceWatch hook: SecretNotFound" in str(message)
+    assert "no served ResourceWatch uses this token: hook is SecretNotFound" in str(message)
+    assert "ResourceWatch hook: SecretNotFound" in str(events_about(kube, "tok"))  # the Event names every watch
 
 
 async def test_a_token_is_accepted_only_once_a_pod_serving_it_is_ready(kube: FakeKube, clock: Clock) -> None:
@@ -147,8 +148,7 @@ async def test_a_rotated_token_is_accepted_once_every_counted_pod_acknowledged_i
     kube.apply_in_place(first)
     await run(kube, clock)
     waiting = (
-        f"token {new} (Secret tok-secret at resourceVersion {version}) is not accepted yet: 1 of 2 gateway pods "
-        "acknowledged a configuration carrying it"
+        f"token {new} is not accepted yet: 1 of 2 gateway pods have it (Secret tok-secret at resourceVersion {version})"
     )
     assert accepted_condition(kube) == ("False", "Rotating", waiting)
     assert ready(kube, "webhooktokens", "tok") == ("False", "Rotating")
@@ -159,8 +159,7 @@ async def test_a_rotated_token_is_accepted_once_every_counted_pod_acknowledged_i
     kube.apply_in_place(second)
     outcome = await run(kube, clock)
     accepted = (
-        f"token {new} (Secret tok-secret at resourceVersion {version}) is accepted: all 2 counted gateway pod(s) "
-        "acknowledged a configuration carrying it"
+        f"token {new} is accepted by all 2 counted gateway pod(s) (Secret tok-secret at resourceVersion {version})"
     )
     assert accepted_condition(kube) == ("True", "RolledOut", accepted)
     assert ready(kube, "webhooktokens", "tok") == ("True", "RetiringOldTokens")
@@ -186,7 +185,8 @@ async def test_token_accepted_turns_false_naming_the_new_token_and_version_in_th
     assert (status["currentDigest"], status["secretResourceVersion"]) == (digest, version)
     found, reason, message = accepted_condition(kube)
     assert (found, reason) == ("False", "Rotating")
-    assert f"token {digest} (Secret tok-secret at resourceVersion {version}) is not accepted yet" in message
+    assert message.startswith(f"token {digest} is not accepted yet")
+    assert message.endswith(f"(Secret tok-secret at resourceVersion {version})")
     assert render.token_digest("old") not in json.dumps(status["conditions"])  # no condition about `old` accepted
     await settle(kube, clock)
     assert token_status(kube)["accepted"]["secretResourceVersion"] == version  # what `kubectl wait` waits for
