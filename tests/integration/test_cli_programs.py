@@ -8,7 +8,6 @@ The gateway runs at --log-level WARNING with a principal configured, so nothing 
 
 from __future__ import annotations
 
-import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +17,7 @@ import pytest
 import yaml
 
 from mcpg_gateway.contract.command_line import Exit
-from mcpg_testing import BOUND_S, programs
+from mcpg_testing import BOUND_S, processes, programs
 from mcpg_testing.configs import gateway_config, principal, watched
 from mcpg_testing.fixtures import gateway_env
 from mcpg_testing.images import ImageEnv
@@ -42,10 +41,8 @@ def config(tmp_path: Path) -> Path:
 @pytest.fixture
 def taken_port() -> Iterator[int]:
     """A loopback port another socket listens on for the test's length."""
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        yield taken.getsockname()[1]
+    with processes.taken_port() as port:
+        yield port
 
 
 def run(image: ImageEnv, *argv: str) -> subprocess.CompletedProcess[str]:

@@ -37,6 +37,15 @@ _next = [random.randrange(len(PORTS))]
 pods started a moment apart never share one, and each process starts at its own place, so two rarely meet."""
 
 
+@contextlib.contextmanager
+def taken_port() -> Iterator[int]:
+    """A loopback port another socket listens on while the block runs: what a busy port is to a program."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        yield taken.getsockname()[1]
+
+
 def free_ports(count: int) -> list[int]:
     """`count` distinct loopback ports that are free now, the next ones along this process's walk of PORTS."""
     found: list[int] = []

@@ -14,6 +14,7 @@ import pytest
 
 from mcpg_gateway.contract.command_line import Exit
 from mcpg_operator import __main__ as entry
+from mcpg_testing import processes
 from mcpg_testing.fixtures import operator_env
 from mcpg_testing.images import ImageEnv
 
@@ -32,10 +33,9 @@ def operator(image: ImageEnv, *argv: str, **env: str) -> subprocess.CompletedPro
 
 @pytest.fixture
 def taken_port() -> Iterator[int]:
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        yield taken.getsockname()[1]
+    """A loopback port another socket listens on for the test's length."""
+    with processes.taken_port() as port:
+        yield port
 
 
 def test_version_prints_the_distributions_version(operator_env: ImageEnv) -> None:
