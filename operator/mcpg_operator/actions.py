@@ -105,6 +105,8 @@ class Failure:
     """What failed and the API server's own message (which names the object and the field), never a value."""
     permanent: bool
     """The API server refused the write (400, 403, 422): sending it again will not help until something changes."""
+    brief: str = ""
+    """The same for a status line, cause first ("" : `message` is brief enough as it is)."""
 
 
 Write = CreateObject | ApplyObject | MergePatch | DeleteObject | MergePatchStatus | PostEvent

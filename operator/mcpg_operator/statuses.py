@@ -257,8 +257,9 @@ def apply_failed(decided: dict[str, Any], failure: w.Failure, generation: int, n
     Retried either way; a refusal (`failure.permanent`) is Stalled, since sending the same write again will not
     help until someone changes something (the spec, a quota, another Service holding a node port).
     """
-    # The API server's message leads and ends with what matters (the object, the field): elided in the middle.
-    message = c.short(failure.message, c.MESSAGE_MAX)
+    # The cause first (a policy's own message, the field), then what failed: cut at its end if need be (the
+    # Event keeps the API server's message whole).
+    message = c.clamp(failure.brief or failure.message, c.MESSAGE_MAX)
     conds, said = list(decided.get("conditions", [])), (c.APPLY_FAILED, message, generation, now)
     conds = c.set_condition(conds, c.READY, False, *said)
     conds = c.set_condition(conds, c.RECONCILING, not failure.permanent, *said)

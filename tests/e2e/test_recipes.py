@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +24,7 @@ from mcpg_testing import recipes
 from mcpg_testing.controlplane import ControlPlane
 from mcpg_testing.images import ImageEnv
 from mcpg_testing.pods import apply, gateway_pods, serving_everywhere
-from mcpg_testing.processes import wait_until
+from mcpg_testing.processes import WaitTimeout, wait_until
 from mcpg_testing.release import OperatorRelease
 
 ROOT = Path(__file__).parents[2]
@@ -106,6 +107,14 @@ def test_rotation_recipe_as_written(
 QUICKSTART = "tests/e2e/test_recipes.py::test_local_cluster_quickstart_as_written"
 
 
+def listening(printed: Path) -> None:
+    """Once the client says it listens; else what it printed instead (a refusal is one line and its exit)."""
+    try:
+        wait_until(lambda: "listening" in printed.read_text(), TOLD_S, "the client to listen", 0.1)
+    except WaitTimeout:
+        raise AssertionError(f"the client never listened; it printed:\n{printed.read_text()}") from None
+
+
 @pytest.fixture
 def shop(control_plane: ControlPlane) -> Iterator[str]:
     """The quickstart's own namespace, as it names it, removed afterwards."""
@@ -133,16 +142,16 @@ def test_local_cluster_quickstart_as_written(
     script = subscribe.script().replace(".venv/bin/", f"{gateway_env.bin_dir}/")
     with printed.open("w") as out:
         client = subprocess.Popen(
-            ["bash", "-c", f"exec {script}"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, text=True
+            ["bash", "-c", script], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
     try:
-        wait_until(lambda: "listening" in printed.read_text(), TOLD_S, "the client to listen", 0.1)
+        listening(printed)
         posted = run(post, env)
         assert posted.returncode == 0, posted.stderr
         assert json.loads(posted.stdout) == {"ok": True, "uri": "report://daily"}
         wait_until(lambda: "read: " in printed.read_text(), TOLD_S, "the client to be told and to read", 0.1)
     finally:
-        client.terminate()
+        os.killpg(client.pid, signal.SIGTERM)  # the shell and the client it started: the other terminal's ^C
         client.wait(timeout=30)
     lines = printed.read_text().splitlines()
     assert "notifications/resources/updated report://daily" in lines, lines

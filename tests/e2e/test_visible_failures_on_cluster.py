@@ -73,7 +73,7 @@ def test_an_admission_refusal_of_the_gateway_reaches_every_watch_and_clears_once
         rw = _get(control_plane, namespace, "resourcewatch", name)
         ready = _condition(rw, "Ready")
         assert ready["status"] == "False"
-        assert ready["message"].startswith("the API server refused to apply Service mcpg-gateway: ")
+        assert ready["message"].startswith(f"{POLICY_MESSAGE} (policy deny-gateway-"), ready["message"]
         assert POLICY_MESSAGE in ready["message"]
         assert _condition(rw, "Stalled")["status"] == "True"
         assert (rw["status"]["strategy"], rw["status"]["uri"]) == ("poll", f"x://{name}")

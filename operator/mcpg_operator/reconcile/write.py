@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import re
 from collections.abc import Iterable, Sequence
 
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -131,7 +132,8 @@ def failure(write: w.Write, error: Exception) -> w.Failure:
     """What users are told when `write` failed with `error`: the API server's message, or the error's kind."""
     what = f"{_verb(write)} {describe(write)}"
     if isinstance(error, Refused):
-        return w.Failure(f"the API server refused to {what}: {error.message}", permanent=True)
+        brief = f"{in_brief(error.message)} (refused: {what})"
+        return w.Failure(f"the API server refused to {what}: {error.message}", permanent=True, brief=brief)
     if isinstance(error, ApiException):
         said = refusal(error.status or 0, error.body).message or str(error.reason)
         return w.Failure(f"could not {what} ({error.status}): {said}; retrying", permanent=False)
@@ -213,3 +215,25 @@ async def _one(kube: Client, namespace: str, write: w.Write) -> bool:
 
 def _path(namespace: str, ref: w.Ref, named: bool = True) -> str:
     return ns_path(namespace, ref.plural, ref.name if named else None, group=ref.group)
+
+
+_NAMED = re.compile(r'^[A-Za-z0-9.]+ "[^"]*" is (?:forbidden|invalid): ')
+"""`services "mcpg-gateway" is forbidden: `: the object is named already, in what failed."""
+_DENIED = re.compile(
+    r"^(?:ValidatingAdmissionPolicy '(?P<policy>[^']*)' with binding '[^']*' denied request"
+    r'|admission webhook "(?P<webhook>[^"]*)" denied the request): (?P<said>.*)$',
+    re.S,
+)
+"""An admission policy's or webhook's refusal: its own message, the one its authors wrote for this user, last."""
+
+
+def in_brief(message: str) -> str:
+    """An API server's refusal for a status line, cause first: `services "x" is forbidden:
+    ValidatingAdmissionPolicy 'p' with binding 'b' denied request: M` is `M (policy p)`, and `Service "x" is
+    invalid: spec.ports[0].nodePort: ...` starts at the field."""
+    message = _NAMED.sub("", message, count=1)
+    denied = _DENIED.match(message)
+    if denied is None:
+        return message
+    by = f"policy {denied['policy']}" if denied["policy"] is not None else f"webhook {denied['webhook']}"
+    return f"{denied['said']} ({by})"

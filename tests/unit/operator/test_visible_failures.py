@@ -65,9 +65,9 @@ async def test_a_refused_service_reaches_every_watch_and_token_as_stalled_with_t
     for plural, name in (("resourcewatches", "hook"), ("resourcewatches", "polled"), ("webhooktokens", "tok")):
         assert ready(kube, plural, name) == ("False", "ApplyFailed")
         assert condition(kube, plural, name, "Stalled") == ("True", "ApplyFailed")
-        said = _message(kube, plural, name)  # the API server's message, elided in the middle to fit a row
-        assert said.startswith("the API server refused to apply Service mcpg-gateway: ")
-        assert said.endswith("provided port is already allocated")
+        said = _message(kube, plural, name)  # the cause first: the field and why, then what was refused
+        assert said.startswith("spec.ports[0].nodePort: Invalid value: 30080: provided port is already allocated")
+        assert said.endswith("(refused: apply Service mcpg-gateway)")
         assert len(said) < 120
     # Each Event has the API server's message whole.
     assert f"the API server refused to apply Service mcpg-gateway: {PORT_TAKEN}" in str(kube.writes)
@@ -235,3 +235,24 @@ async def test_a_first_pass_that_fails_still_warns_that_no_principal_can_use_the
     kube.allow(SERVICE)
     await settle(kube, clock)
     assert sorted(event_reasons(kube.writes)) == ["ApplyFailed", "NoPrincipals", "Served"]
+
+
+@pytest.mark.parametrize(
+    ("said", "brief"),
+    [
+        (
+            "services \"mcpg-gateway\" is forbidden: ValidatingAdmissionPolicy 'platform' with binding "
+            "'platform-binding' denied request: the platform team must approve gateway Services",
+            "the platform team must approve gateway Services (policy platform)",
+        ),
+        (
+            'admission webhook "policy.example.com" denied the request: no NodePort Services here',
+            "no NodePort Services here (webhook policy.example.com)",
+        ),
+        (PORT_TAKEN, "spec.ports[0].nodePort: Invalid value: 30080: provided port is already allocated"),
+        ("exceeded quota: compute, requested: secrets=1", "exceeded quota: compute, requested: secrets=1"),
+    ],
+    ids=["policy", "webhook", "field", "other"],
+)
+def test_a_refusal_in_brief_puts_its_cause_first(said: str, brief: str) -> None:
+    assert write.in_brief(said) == brief
