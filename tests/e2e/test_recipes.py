@@ -157,3 +157,41 @@ def test_local_cluster_quickstart_as_written(
     assert "notifications/resources/updated report://daily" in lines, lines
     [read] = [line for line in lines if line.strip().startswith("read: ")]
     assert json.loads(read.strip().removeprefix("read: ")) == {"report": "daily", "rows": 42}
+
+
+def tables(lines: list[str]) -> list[list[str]]:
+    """`kubectl get`'s output as its tables (blank lines between them), each a header and rows."""
+    found: list[list[str]] = [[]]
+    for line in lines:
+        if line.strip():
+            found[-1].append(line)
+        elif found[-1]:
+            found.append([])
+    return [t for t in found if t]
+
+
+def test_kubernetes_guide_transcript_as_written(
+    control_plane: ControlPlane, operator: OperatorRelease, namespace: str, tmp_path: Path
+) -> None:
+    """docs/guides/kubernetes.md's first transcript, command by command, in a namespace with an auth Secret (as the
+    page says). What each command printed is the page's, line for line where nothing varies (apply, wait); for
+    `kubectl get`, the same columns, and every object the page lists (ages, digests, addresses and the replicas
+    the chart's values render vary, and a gateway of several replicas has a bus Secret more)."""
+    [transcript] = recipes.run_by("tests/e2e/test_recipes.py::test_kubernetes_guide_transcript_as_written")
+    auth = {"principals": [{"principal_id": "me", "token_sha256": "0" * 64}]}
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "mcpg-gateway-auth"}}
+    apply(control_plane, namespace, secret | {"stringData": {"auth.yaml": json.dumps(auth)}})
+    env = shell(control_plane, namespace, tmp_path)
+
+    for command, page in transcript.steps():
+        ran = run(recipes.Block(transcript.path, transcript.line, "bash", None, command), env)
+        assert ran.returncode == 0, f"{command}: {ran.stderr}"
+        said = ran.stdout.splitlines()
+        if not command.startswith("kubectl get"):
+            assert said == page, command
+            continue
+        shown, written = tables(said), tables(page)
+        assert [t[0].split() for t in shown] == [t[0].split() for t in written], command
+        for table_shown, table_written in zip(shown, written, strict=True):
+            names = {row.split()[0] for row in table_shown[1:]}
+            assert {row.split()[0] for row in table_written[1:]} <= names, command

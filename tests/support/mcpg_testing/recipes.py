@@ -44,12 +44,32 @@ class Block:
             return self.text
         return "\n".join(_commands(self.text.splitlines()))
 
+    def steps(self) -> list[tuple[str, list[str]]]:
+        """A console block as (command, the lines it printed) pairs, in order; blank lines between steps dropped."""
+        out: list[tuple[list[str], list[str]]] = []
+        continued = False
+        for line in self.text.splitlines():
+            if line.startswith("$ ") or continued:
+                if not continued:
+                    out.append(([], []))
+                out[-1][0].append(line.removeprefix("$ "))
+                continued = line.endswith("\\")
+            elif out:
+                out[-1][1].append(line)
+        return [("\n".join(typed), _trimmed(shown)) for typed, shown in out]
+
     def printed(self) -> list[str]:
         """A console block's lines that are output, not commands."""
         if self.language != "console":
             return []
         typed = set(_commands(self.text.splitlines(), raw=True))
         return [line for line in self.text.splitlines() if line not in typed]
+
+
+def _trimmed(lines: list[str]) -> list[str]:
+    while lines and not lines[-1].strip():
+        lines = lines[:-1]
+    return lines
 
 
 def _commands(lines: list[str], raw: bool = False) -> Iterator[str]:

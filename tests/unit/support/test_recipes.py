@@ -73,3 +73,10 @@ def test_an_unclosed_fence_is_an_error_naming_its_line(tmp_path: Path) -> None:
     broken.write_text("text\n```bash\necho never closed\n")
     with pytest.raises(ValueError, match="line 2"):
         recipes.blocks(broken)
+
+
+def test_a_transcript_reads_as_steps_each_with_what_it_printed(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("```console\n$ a \\\n  --b\none\ntwo\n\n$ c\n\n$ d\nthree\n```\n")
+    [block] = recipes.blocks(page)
+    assert block.steps() == [("a \\\n  --b", ["one", "two"]), ("c", []), ("d", ["three"])]
