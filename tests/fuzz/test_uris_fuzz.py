@@ -141,10 +141,12 @@ def test_the_catalog_binds_only_canonical_uris_whose_values_stay_below_their_fol
 @pytest.mark.parametrize("text", ["doc://{a}{b}", "DOC://{a}", "doc://x/../{a}", "doc://%7e{a}", "{a}://x"])
 def test_a_template_no_canonical_uri_could_match_is_refused(text: str) -> None:
     with pytest.raises(ValueError, match="uri_template"):
-        config.ResourceTemplateConfig(name="t", uri_template=text, backend=config.HttpBackend(kind="http", url="x"))
+        config.ResourceTemplateConfig(
+            name="t", uri_template=text, backend=config.HttpBackend(kind="http", url="http://u/")
+        )
 
 
 @given(text=template_texts())
 def test_every_template_the_strategy_builds_is_accepted(text: str) -> None:
     assume(not templates.repeated(text))
-    config.ResourceTemplateConfig(name="t", uri_template=text, backend=config.HttpBackend(kind="http", url="x"))
+    config.ResourceTemplateConfig(name="t", uri_template=text, backend=config.HttpBackend(kind="http", url="http://u/"))
