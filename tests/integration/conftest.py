@@ -15,6 +15,14 @@ import pytest
 
 from mcpg_testing.servers import NatsServer, PostgresServer, start_nats, start_postgres
 
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The image environments, the control plane and the operator on it (`mcpg_testing.fixtures`), as a plugin
+    # registered before any module is collected: a test module importing one of its fixtures by name first would
+    # leave it unrewritten, which pytest refuses (`pytest_plugins` is refused below the top level anyway).
+    config.pluginmanager.import_plugin("mcpg_testing.fixtures")
+
+
 HERE = Path(__file__).parent
 
 

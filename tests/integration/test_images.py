@@ -28,8 +28,6 @@ from mcpg_testing import images, oci, programs
 from mcpg_testing.clients import legacy_client, listen_client, subscribe
 from mcpg_testing.images import ImageEnv
 
-pytest_plugins = ["mcpg_testing.fixtures"]  # the image envs, the control plane and the operator on it
-
 ROOT = images.REPO
 QUICKSTART = ROOT / "examples" / "gateway" / "quickstart.yaml"
 REPORT_URI = "report://daily"  # the quickstart's webhook-watched resource: no upstream read to subscribe
