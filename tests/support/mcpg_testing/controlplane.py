@@ -299,7 +299,7 @@ class ControlPlane:
                 self._await("kwok", lambda: _node_ready(endpoints, admin_token, KWOK_NODE), f"node {KWOK_NODE} Ready")
             elif name == "containerd":
                 self._await(name, self._runtime_answers, "containerd to answer")
-                node.import_images(self.layout.node, archives)
+                node.import_images(self.layout.node, archives, oci.ALIASES)
             elif name == "kubelet":
                 self._await(name, lambda: _node_ready(endpoints, admin_token, NODE_NAME), f"node {NODE_NAME} Ready")
             elif name == "kube-proxy":

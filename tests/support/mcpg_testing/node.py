@@ -24,7 +24,7 @@ import logging
 import os
 import signal
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TypedDict
 
@@ -205,10 +205,22 @@ def containment_rules() -> dict[str, list[list[str]]]:
 # -- images --------------------------------------------------------------------------------------------------
 
 
-def import_images(layout: NodeLayout, archives: Sequence[Path]) -> None:
-    """Load each docker-archive into the CRI's namespace, as `ctr images import` does on any node."""
+def import_images(layout: NodeLayout, archives: Sequence[Path], aliases: Mapping[str, str] | None = None) -> None:
+    """Load each docker-archive into the CRI's namespace, as `ctr images import` does on any node; then tag each
+    image of `aliases` (reference -> another reference) under its other name too, as `ctr images tag` does."""
+    ctr = ["ctr", f"--address={layout.containerd_socket}", "-n", CRI_NAMESPACE, "images"]
     for archive in archives:
-        run("ctr", f"--address={layout.containerd_socket}", "-n", CRI_NAMESPACE, "images", "import", str(archive))
+        run(*ctr, "import", str(archive))
+    for reference, alias in (aliases or {}).items():
+        run(*ctr, "tag", "--force", qualified(reference), qualified(alias))
+
+
+def qualified(reference: str) -> str:
+    """`mcpg/gateway:local` as the runtime stores it (`docker.io/mcpg/gateway:local`), as the kubelet asks for it."""
+    if "/" not in reference:
+        return f"docker.io/library/{reference}"
+    first = reference.split("/", 1)[0]
+    return reference if "." in first or ":" in first or first == "localhost" else f"docker.io/{reference}"
 
 
 # -- down ----------------------------------------------------------------------------------------------------

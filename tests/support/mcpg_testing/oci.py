@@ -52,6 +52,7 @@ import time
 import zipfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 
 from mcpg_testing import images
@@ -74,6 +75,9 @@ REFERENCES: dict[str, str] = {
     "pause": PAUSE_IMAGE,
 }
 """Image name -> the reference it is tagged with in its archive (and so in the runtime after the import)."""
+ALIASES: dict[str, str] = {GATEWAY_IMAGE: f"mcpg/gateway:{metadata.version('mcpg-watch')}"}
+"""The gateway image under its release's name too (`mcpg/gateway:0.2.0`, as the kind quickstart builds and loads
+it): `examples/manifests/quickstart-upstream.yaml` names it, and applies on the local cluster as it is."""
 ALL: tuple[str, ...] = tuple(REFERENCES)
 
 SUITE = "bookworm"

@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from mcpg_operator.settings import BusSettings
-from mcpg_testing import images, oci
+from mcpg_testing import images, node, oci
 
 STORE = oci.Storage(Path("/c/storage"), Path("/c/run"), "overlay")
 PIP_CONFIG = """\
@@ -259,3 +260,24 @@ def test_each_dockerfile_takes_its_base_as_an_argument_and_pips_cert_only_in_the
     assert "PIP_CERT" not in final
     assert "--no-install-recommends python3.11 \\" in final
     assert "rm -rf /var/lib/apt/lists/*" in final
+
+
+@pytest.mark.parametrize(
+    ("reference", "stored"),
+    [
+        ("mcpg/gateway:local", "docker.io/mcpg/gateway:local"),
+        ("nats:2.11-alpine", "docker.io/library/nats:2.11-alpine"),
+        ("registry.k8s.io/pause:3.10", "registry.k8s.io/pause:3.10"),
+        ("localhost/mcpg-test-base:bookworm", "localhost/mcpg-test-base:bookworm"),
+        ("localhost:5000/x:1", "localhost:5000/x:1"),
+    ],
+)
+def test_a_reference_is_tagged_as_the_runtime_stores_it(reference: str, stored: str) -> None:
+    assert node.qualified(reference) == stored
+
+
+def test_the_gateway_image_is_also_the_release_the_quickstart_names() -> None:
+    upstream = yaml.safe_load_all((oci.REPO / "examples" / "manifests" / "quickstart-upstream.yaml").read_text())
+    [deployment] = [doc for doc in upstream if doc["kind"] == "Deployment"]
+    named = {c["image"] for c in deployment["spec"]["template"]["spec"]["containers"]}
+    assert named == {oci.ALIASES[oci.GATEWAY_IMAGE]}
