@@ -63,15 +63,7 @@ def test_the_readme_install_from_this_checkout_runs_the_operator(user_shell: dic
         "tests/e2e/test_install_as_written.py::test_the_readme_install_from_this_checkout_runs_the_operator",
         [ROOT / "README.md"],
     )
-    ran = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", install.script()],
-        cwd=ROOT,
-        env=user_shell,
-        capture_output=True,
-        text=True,
-        timeout=INSTALL_S,
-        check=False,
-    )
+    ran = recipes.run(install, cwd=ROOT, env=user_shell, timeout=INSTALL_S)
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
     assert "deployment.apps/mcpg-operator" in ran.stdout
 

@@ -49,8 +49,7 @@ def shell(plane: ControlPlane, namespace: str, home: Path) -> dict[str, str]:
 
 
 def run(block: recipes.Block, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    argv = ["bash", "-euo", "pipefail", "-c", block.script()]
-    return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=RECIPE_S, check=False)
+    return recipes.run(block, cwd=ROOT, env=env, timeout=RECIPE_S)
 
 
 def example(name: str) -> dict[str, Any]:

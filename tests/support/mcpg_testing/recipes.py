@@ -12,7 +12,8 @@ or `sh` block is all commands.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+import subprocess
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,3 +127,10 @@ def run_by(test_id: str, paths: Iterable[Path] | None = None) -> list[Block]:
     if not marked:
         raise LookupError(f"no block is marked run-by {test_id}")
     return marked
+
+
+def run(block: Block, *, cwd: Path, env: Mapping[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """`block`'s commands as a user's shell runs them, stopping at the first that fails (bash -e, pipefail), with
+    what they printed; never raises on a failing command (the test judges the exit status)."""
+    argv = ["bash", "-euo", "pipefail", "-c", block.script()]
+    return subprocess.run(argv, cwd=cwd, env=dict(env), capture_output=True, text=True, timeout=timeout, check=False)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 from pathlib import Path
 
 import yaml
@@ -36,15 +35,7 @@ def test_the_pages_helm_template_shows_roles_in_the_listed_namespaces_and_no_clu
     (tmp_path / "charts" / "mcpg").symlink_to(ROOT / "charts" / "mcpg")
     env = {**os.environ, "PATH": f"{default_bin_dir()}:{os.environ['PATH']}"}
 
-    done = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", recipe.script()],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = recipes.run(recipe, cwd=tmp_path, env=env, timeout=60)
 
     assert done.returncode == 0, done.stderr
     rendered = [doc for doc in yaml.safe_load_all(done.stdout) if doc]
